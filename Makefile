@@ -1,0 +1,29 @@
+# Two commands do all set-up from a fresh clone:
+#   make demo   -- create .venv, install exactspec, run the offline demo (the main job)
+#   make test   -- create .venv, install exactspec with test extras, run the test suite
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test install bench clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	# The pinned CPU build of torch first, so the open range in pyproject.toml pulls nothing more.
+	$(BIN)/pip install -q torch==2.13.0
+
+install: $(BIN)/python
+	$(BIN)/pip install -q -e ".[test]"
+
+demo: install
+	$(BIN)/exactspec demo
+
+test: install
+	$(BIN)/python -m pytest
+
+bench: install
+	$(BIN)/python benchmarks/bench_verify.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info src/*.egg-info

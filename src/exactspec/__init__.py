@@ -1,0 +1,52 @@
+"""exactspec: exact speculative decoding, with its mathematics made executable.
+
+Public API (imported lazily so that `exactspec explain` starts fast):
+
+- sampling:   probs_from_logits
+- verify:     verify, Verdict
+- candidates: verify_candidates, verify_tree, TokenTree
+- speedup:    acceptance_rate, expected_tokens, walltime_speedup, optimal_gamma,
+              speedup_limit, ops_factor, CostModel
+- decoding:   SpeculativeGenerator
+- demo:       load_demo_pair
+"""
+from __future__ import annotations
+
+import importlib
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "probs_from_logits": "sampling",
+    "verify": "verify",
+    "Verdict": "verify",
+    "verify_candidates": "candidates",
+    "verify_tree": "candidates",
+    "TokenTree": "candidates",
+    "acceptance_rate": "speedup",
+    "expected_tokens": "speedup",
+    "walltime_speedup": "speedup",
+    "optimal_gamma": "speedup",
+    "speedup_limit": "speedup",
+    "ops_factor": "speedup",
+    "CostModel": "costmodel",
+    "SpeculativeGenerator": "decoding",
+    "GenerationOutput": "decoding",
+    "GenerationStats": "stats",
+    "load_demo_pair": "demo",
+}
+
+__all__ = sorted(_EXPORTS) + ["__version__"]
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'exactspec' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"exactspec.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return __all__

@@ -1,0 +1,47 @@
+"""The `exactspec` command. Thin: each subcommand module parses its arguments and calls the library.
+
+Each subcommand lives in its own module exposing `register(subparsers)`, which adds a parser and sets
+`func` to a callable taking the parsed namespace and returning an exit code.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+SUBCOMMANDS = ("explain", "speedup", "generate", "demo", "bench")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="exactspec",
+        description="Exact speculative decoding, with its mathematics made executable.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in SUBCOMMANDS:
+        try:
+            module = importlib.import_module(f"exactspec.cli.{name}")
+        except ModuleNotFoundError as exc:  # subcommand not built yet
+            if exc.name != f"exactspec.cli.{name}":
+                raise
+            continue
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except ValueError as exc:
+        # Bad input is reported plainly, never as a traceback or a silent wrong answer.
+        print(f"exactspec {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
