@@ -6,7 +6,9 @@ Public API (imported lazily so that `exactspec explain` starts fast):
 - verify:     verify, Verdict
 - candidates: verify_candidates, verify_tree, TokenTree
 - speedup:    acceptance_rate, expected_tokens, walltime_speedup, optimal_gamma,
-              speedup_limit, ops_factor, CostModel
+              speedup_limit, ops_factor, speculation_helps
+- costmodel:  CostModel
+- acceptance: expected_accepted_token_rule, expected_accepted_block, multi_draft_acceptance
 - decoding:   SpeculativeGenerator
 - demo:       load_demo_pair
 """
@@ -29,6 +31,10 @@ _EXPORTS = {
     "optimal_gamma": "speedup",
     "speedup_limit": "speedup",
     "ops_factor": "speedup",
+    "speculation_helps": "speedup",
+    "expected_accepted_token_rule": "acceptance",
+    "expected_accepted_block": "acceptance",
+    "multi_draft_acceptance": "acceptance",
     "CostModel": "costmodel",
     "SpeculativeGenerator": "decoding",
     "GenerationOutput": "decoding",

@@ -1,0 +1,204 @@
+"""Measured costs of a (target, draft) pair: the time of one draft step and of verifying k tokens.
+
+The paper's model charges ``gamma * c + 1`` target-steps per speculative step, i.e. it assumes verifying
+``gamma + 1`` tokens costs as much as decoding one. On CPUs and small batches that is false (a 23M Llama on
+2 cores takes ~1.2-1.5x as long for 5 tokens as for 1), so we measure T_target(k) and use it instead.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import time
+from typing import Any, Iterable, Mapping
+
+__all__ = ["CostModel"]
+
+_FORMAT = "exactspec.CostModel/1"
+
+
+class CostModel:
+    """Measured timings (seconds): ``t_draft`` per draft decoding step, ``target_times[k]`` per target
+    forward over k new tokens (with a KV cache over the prompt).
+
+    ``t_target(k)`` interpolates the table linearly; beyond the largest measured k it extrapolates from the
+    last two points (slope clamped at >= 0: verifying more tokens never gets cheaper); below the smallest
+    measured k (only possible if the table lacks k = 1) it holds the first value.
+    """
+
+    def __init__(self, t_draft: float, target_times: Mapping[int, float], metadata: Mapping | None = None):
+        try:
+            t_draft = float(t_draft)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"t_draft must be a number of seconds, got {t_draft!r}") from exc
+        if not math.isfinite(t_draft) or t_draft < 0:
+            raise ValueError(f"t_draft must be a finite non-negative number of seconds, got {t_draft!r}")
+        if not target_times:
+            raise ValueError("target_times must contain at least one (k, seconds) entry")
+        table: dict[int, float] = {}
+        for k, t in dict(target_times).items():
+            try:
+                kf, tf = float(k), float(t)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"target_times entries must be (int k, seconds), got {k!r}: {t!r}") from exc
+            if not kf.is_integer() or kf < 1:
+                raise ValueError(f"target_times keys must be integers >= 1, got {k!r}")
+            if not math.isfinite(tf) or tf <= 0:
+                raise ValueError(f"target_times[{k!r}] must be a positive number of seconds, got {t!r}")
+            table[int(kf)] = tf
+        self.t_draft = t_draft
+        self.target_times = dict(sorted(table.items()))
+        self.metadata = dict(metadata or {})
+
+    def __repr__(self) -> str:
+        return f"CostModel(t_draft={self.t_draft:.3g}, target_times={self.target_times})"
+
+    def __eq__(self, other) -> bool:
+        return (isinstance(other, CostModel) and self.t_draft == other.t_draft
+                and self.target_times == other.target_times)
+
+    # ------------------------------------------------------------------------------------ queries
+    def t_target(self, k: float) -> float:
+        """Seconds for one target forward over k tokens (k >= 1)."""
+        try:
+            kf = float(k)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"k must be a number >= 1, got {k!r}") from exc
+        if math.isnan(kf) or kf < 1:
+            raise ValueError(f"k must be >= 1, got {k!r}")
+        ks = list(self.target_times)
+        ts = list(self.target_times.values())
+        if kf <= ks[0]:
+            return ts[0]
+        for (k0, t0), (k1, t1) in zip(zip(ks, ts), zip(ks[1:], ts[1:])):
+            if kf <= k1:
+                return t0 + (t1 - t0) * (kf - k0) / (k1 - k0)
+        if len(ks) == 1:
+            return ts[0]
+        slope = max((ts[-1] - ts[-2]) / (ks[-1] - ks[-2]), 0.0)
+        return ts[-1] + slope * (kf - ks[-1])
+
+    @property
+    def cost_ratio(self) -> float:
+        """The paper's c = t_draft / T_target(1)."""
+        return self.t_draft / self.t_target(1)
+
+    def step_time(self, gamma: int) -> float:
+        """Seconds of one speculative step: gamma draft steps, then one target call over gamma + 1 tokens."""
+        if isinstance(gamma, bool) or not float(gamma).is_integer() or gamma < 0:
+            raise ValueError(f"gamma must be a non-negative integer, got {gamma!r}")
+        return gamma * self.t_draft + self.t_target(gamma + 1)
+
+    # ---------------------------------------------------------------------------- serialisation
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": _FORMAT,
+            "t_draft": self.t_draft,
+            "target_times": {str(k): t for k, t in self.target_times.items()},  # JSON keys are strings
+            "metadata": self.metadata,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "CostModel":
+        if not isinstance(d, Mapping) or "t_draft" not in d or "target_times" not in d:
+            raise ValueError("cost model dict needs keys 't_draft' and 'target_times'")
+        if not isinstance(d["target_times"], Mapping):
+            raise ValueError("target_times must be a mapping from k to seconds")
+        return cls(d["t_draft"], d["target_times"], d.get("metadata"))
+
+    def save(self, path: str | os.PathLike) -> None:
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump(self.to_dict(), fh, indent=2)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "CostModel":
+        try:
+            with open(path, encoding="utf-8") as fh:
+                data = json.load(fh)
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ValueError(f"cannot read a cost model from {os.fspath(path)!r}: {exc}") from exc
+        return cls.from_dict(data)
+
+    # -------------------------------------------------------------------------------- measuring
+    @classmethod
+    def measure(cls, target_model, draft_model, *, prompt_len: int = 64,
+                ks: Iterable[int] = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 17), batch_size: int = 1,
+                repeats: int = 7, warmup: int = 2, generator=None, seed: int = 0) -> "CostModel":
+        """Time real forward passes of Hugging Face causal LMs with a KV cache (median of ``repeats``).
+
+        Both models first prefill a random prompt of ``prompt_len`` tokens; then each timed call feeds k
+        new tokens on top of that cache and the cache is cropped back (``DynamicCache.crop(-k)`` removes the
+        last k entries in transformers 5), so every repeat sees the same context length. ``t_draft`` is one
+        1-token step of the draft; ``target_times[k]`` one k-token step of the target. k = 1 is always
+        measured. ``generator`` (a torch.Generator) or ``seed`` fixes the prompt tokens.
+        """
+        import torch
+
+        ks = sorted({int(k) for k in ks} | {1})
+        if ks[0] < 1:
+            raise ValueError(f"ks must be integers >= 1, got {ks!r}")
+        for name, v, lo in (("prompt_len", prompt_len, 1), ("batch_size", batch_size, 1),
+                            ("repeats", repeats, 1), ("warmup", warmup, 0)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+                raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
+        if generator is None:
+            generator = torch.Generator().manual_seed(seed)
+        vocab = min(_vocab_size(target_model), _vocab_size(draft_model))
+        n_new = max(ks)
+        ids = torch.randint(0, vocab, (batch_size, prompt_len + n_new), generator=generator)
+
+        def timer(model, k: int) -> float:
+            device = next(model.parameters()).device
+            prompt = ids[:, :prompt_len].to(device)
+            new = ids[:, prompt_len:prompt_len + k].to(device)
+            cache = model(input_ids=prompt, use_cache=True).cache
+            times = []
+            for i in range(warmup + repeats):
+                _sync(device)
+                t0 = time.perf_counter()
+                out = model(input_ids=new, cache=cache, use_cache=True)
+                _sync(device)
+                dt = time.perf_counter() - t0
+                cache = out.cache
+                cache.crop(-k)  # roll back: the next repeat sees the prompt_len-long context again
+                if i >= warmup:
+                    times.append(dt)
+            return statistics.median(times)
+
+        with torch.inference_mode():
+            t_draft = timer(draft_model, 1)
+            target_times = {k: timer(target_model, k) for k in ks}
+        metadata = {
+            "torch_threads": torch.get_num_threads(),
+            "batch_size": batch_size,
+            "prompt_len": prompt_len,
+            "repeats": repeats,
+            "warmup": warmup,
+            "device": str(next(target_model.parameters()).device),
+            "target": _model_info(target_model),
+            "draft": _model_info(draft_model),
+            "torch_version": torch.__version__,
+        }
+        return cls(t_draft, target_times, metadata)
+
+
+def _vocab_size(model) -> int:
+    v = getattr(getattr(model, "config", None), "vocab_size", None)
+    if not v:
+        raise ValueError("models passed to CostModel.measure need config.vocab_size")
+    return int(v)
+
+
+def _model_info(model) -> dict[str, Any]:
+    cfg = getattr(model, "config", None)
+    name = getattr(cfg, "name_or_path", "") or type(model).__name__
+    return {"name": str(name), "class": type(model).__name__,
+            "params": int(sum(p.numel() for p in model.parameters()))}
+
+
+def _sync(device) -> None:
+    if getattr(device, "type", "cpu") == "cuda":
+        import torch
+
+        torch.cuda.synchronize(device)

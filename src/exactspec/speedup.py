@@ -1,0 +1,262 @@
+"""The arithmetic of speculative decoding: tokens per step, wall-clock speedup, and its limits.
+
+Notation (Leviathan et al. 2023, "Fast Inference from Transformers via Speculative Decoding"):
+
+- ``alpha``: acceptance rate, the probability that a drafted token is accepted, = 1 - TV(p, q).
+- ``gamma``: number of tokens drafted per step; the target verifies ``gamma + 1`` positions at once.
+- ``cost``:  either a float ``c = T_draft / T_target`` (the paper's model, where verifying ``gamma + 1``
+  tokens costs as much as one), or a :class:`~exactspec.costmodel.CostModel` holding measured
+  ``T_target(k)``, which on real hardware grows with ``k``.
+
+``alpha`` conventions, shared by every function here:
+
+- a float (or 0-d array) is an i.i.d. rate: every drafted position is accepted with probability ``alpha``;
+- a sequence / 1-d array ``[a_1, ..., a_L]`` gives per-position rates: position ``i`` is accepted with
+  probability ``a_i`` given that positions ``< i`` were. If ``L > gamma`` the first ``gamma`` are used; if
+  ``L < gamma`` the LAST rate is repeated for positions ``L+1..gamma`` (so ``[a]`` equals the i.i.d. ``a``);
+- arrays with more dimensions batch over the leading ones (the last axis is the position axis); to batch
+  i.i.d. rates, pass shape ``[..., 1]``.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "acceptance_rate",
+    "expected_tokens",
+    "walltime_speedup",
+    "ops_factor",
+    "optimal_gamma",
+    "speedup_limit",
+    "speculation_helps",
+]
+
+# Horizon used for the supremum over gamma when the cost is a measured CostModel: beyond the measured
+# table T_target(k) is only extrapolated, so a sup over an infinite range would be an artefact.
+COSTMODEL_HORIZON = 256
+
+
+# ----------------------------------------------------------------------------------------- validation
+def _to_numpy(x: Any, name: str) -> np.ndarray:
+    if hasattr(x, "detach"):  # torch tensor, without importing torch
+        x = x.detach().cpu().double().numpy()
+    try:
+        arr = np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must be a number or an array of numbers, got {x!r}") from exc
+    return arr
+
+
+def _check_alpha(alpha: Any, name: str = "alpha") -> np.ndarray:
+    """Return alpha as float64 array with a trailing position axis: shape [..., L], L >= 1."""
+    arr = _to_numpy(alpha, name)
+    if arr.ndim == 0:
+        arr = arr.reshape(1)
+    if arr.shape[-1] == 0:
+        raise ValueError(f"{name} must not be empty")
+    if np.isnan(arr).any():
+        raise ValueError(f"{name} must not be NaN")
+    if (arr < 0).any() or (arr > 1).any():
+        raise ValueError(f"{name} must lie in [0, 1], got {alpha!r}")
+    return arr
+
+
+def _check_gamma(gamma: Any, name: str = "gamma") -> int:
+    if isinstance(gamma, bool) or not isinstance(gamma, (int, np.integer)):
+        if isinstance(gamma, float) and gamma.is_integer():
+            gamma = int(gamma)
+        else:
+            raise ValueError(f"{name} must be a non-negative integer, got {gamma!r}")
+    if gamma < 0:
+        raise ValueError(f"{name} must be a non-negative integer, got {gamma!r}")
+    return int(gamma)
+
+
+def _check_cost(cost: Any, name: str = "cost"):
+    """A non-negative finite float, or a CostModel (duck-typed: has t_target and t_draft)."""
+    if hasattr(cost, "t_target") and hasattr(cost, "t_draft"):
+        return cost
+    try:
+        c = float(cost)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must be a non-negative number or a CostModel, got {cost!r}") from exc
+    if math.isnan(c) or c < 0 or math.isinf(c):
+        raise ValueError(f"{name} must be a finite non-negative number, got {cost!r}")
+    return c
+
+
+def _out(x: np.ndarray):
+    """0-d results come back as Python floats, batched ones as numpy arrays."""
+    return float(x) if np.ndim(x) == 0 else x
+
+
+def _positions(alpha: np.ndarray, gamma: int) -> np.ndarray:
+    """Per-position rates for positions 1..gamma, shape [..., gamma] (last rate repeated if short)."""
+    L = alpha.shape[-1]
+    if gamma <= L:
+        return alpha[..., :gamma]
+    tail = np.repeat(alpha[..., -1:], gamma - L, axis=-1)
+    return np.concatenate([alpha, tail], axis=-1)
+
+
+# ------------------------------------------------------------------------------------------- formulas
+def acceptance_rate(p, q):
+    """alpha = sum_x min(p(x), q(x)) = 1 - TV(p, q), over the last dimension.
+
+    p, q: target and draft probabilities, broadcastable, [..., V] (torch tensors or numpy arrays).
+    Returns [...] of the input's kind (a torch tensor for torch inputs, else numpy / float).
+    """
+    if hasattr(p, "detach") or hasattr(q, "detach"):
+        import torch
+
+        p_t = torch.as_tensor(p)
+        q_t = torch.as_tensor(q, dtype=p_t.dtype, device=p_t.device)
+        if torch.isnan(p_t).any() or torch.isnan(q_t).any():
+            raise ValueError("p and q must not contain NaN")
+        return torch.minimum(p_t, q_t).sum(dim=-1)  # [...]
+    p_a, q_a = _to_numpy(p, "p"), _to_numpy(q, "q")
+    if p_a.ndim == 0 or q_a.ndim == 0:
+        raise ValueError("p and q must have a last (vocabulary) dimension")
+    if np.isnan(p_a).any() or np.isnan(q_a).any():
+        raise ValueError("p and q must not contain NaN")
+    return _out(np.minimum(p_a, q_a).sum(axis=-1))
+
+
+def _expected_tokens_array(alpha: np.ndarray, gamma: int) -> np.ndarray:
+    # E = 1 + sum_{i<=gamma} prod_{j<=i} a_j. Summing the products (instead of the closed form
+    # (1 - a^(g+1))/(1 - a)) avoids the 0/0 at a = 1 and cancellation just below it.
+    if gamma == 0:
+        return np.ones(alpha.shape[:-1])
+    return 1.0 + np.cumprod(_positions(alpha, gamma), axis=-1).sum(axis=-1)
+
+
+def expected_tokens(alpha, gamma: int):
+    """Expected tokens produced per target call: (1 - alpha^(gamma+1)) / (1 - alpha) (-> gamma + 1 at alpha = 1).
+
+    For per-position rates a_1..a_L: E = 1 + sum_{i=1..gamma} prod_{j<=i} a_j (see module docstring for
+    L != gamma). ``gamma = 0`` gives 1 (plain decoding). Returns a float, or an array of shape alpha.shape[:-1].
+    """
+    return _out(_expected_tokens_array(_check_alpha(alpha), _check_gamma(gamma)))
+
+
+def _step_cost(cost, gamma: int):
+    """Time of one speculative step in units of one plain decoding step (T_target(1))."""
+    if isinstance(cost, float):
+        return gamma * cost + 1.0
+    t1 = cost.t_target(1)
+    return (gamma * cost.t_draft + cost.t_target(gamma + 1)) / t1
+
+
+def walltime_speedup(alpha, gamma: int, cost):
+    """Expected wall-clock speedup over plain decoding.
+
+    Scalar ``cost = c``: (1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + 1))  (Leviathan et al., Thm 3.8).
+    ``CostModel``: E * T_target(1) / (gamma * t_draft + T_target(gamma + 1)), with measured T_target(k).
+    ``gamma = 0`` is plain decoding (speedup 1 with either cost). Float, or array of shape alpha.shape[:-1].
+    """
+    a = _check_alpha(alpha)
+    g = _check_gamma(gamma)
+    c = _check_cost(cost)
+    return _out(_expected_tokens_array(a, g) / _step_cost(c, g))
+
+
+def ops_factor(alpha, gamma: int, ops_cost: float):
+    """Expected increase in arithmetic operations (Leviathan et al., Thm 3.11).
+
+    (1 - alpha)(gamma * c_hat + gamma + 1) / (1 - alpha^(gamma+1)) = (gamma c_hat + gamma + 1) / E, where
+    ``ops_cost = c_hat`` is the draft's operations per token relative to the target's.
+    """
+    a = _check_alpha(alpha)
+    g = _check_gamma(gamma)
+    c_hat = _check_cost(ops_cost, "ops_cost")
+    if not isinstance(c_hat, float):
+        raise ValueError("ops_cost must be a number (operations ratio), not a CostModel")
+    return _out((g * c_hat + g + 1.0) / _expected_tokens_array(a, g))
+
+
+# ---------------------------------------------------------------------------------------- optimising
+def _check_single(alpha) -> np.ndarray:
+    a = _check_alpha(alpha)
+    if a.ndim != 1:
+        raise ValueError(f"alpha must be a scalar or a 1-d sequence here, got shape {a.shape}")
+    return a
+
+
+def _speedups(a: np.ndarray, cost, gmax: int) -> np.ndarray:
+    """Speedup for gamma = 1..gmax (vectorised for a scalar cost), shape [gmax]."""
+    E = 1.0 + np.cumsum(np.cumprod(_positions(a, gmax)))  # [gmax], E(gamma) for gamma = 1..gmax
+    if isinstance(cost, float):
+        return E / (np.arange(1, gmax + 1) * cost + 1.0)
+    return np.array([E[g - 1] / _step_cost(cost, g) for g in range(1, gmax + 1)])
+
+
+def optimal_gamma(alpha, cost, max_gamma: int = 64) -> tuple[int, float]:
+    """The draft length in 1..max_gamma with the highest expected speedup, and that speedup.
+
+    Always returns some gamma >= 1, even when speculation does not pay: compare the returned speedup with
+    1 (or call :func:`speculation_helps`) to decide whether to speculate at all (gamma = 0). Ties go to the
+    smallest gamma. ``alpha``: scalar or per-position sequence; ``cost``: float or CostModel.
+    """
+    a = _check_single(alpha)
+    c = _check_cost(cost)
+    gmax = _check_gamma(max_gamma, "max_gamma")
+    if gmax < 1:
+        raise ValueError(f"max_gamma must be >= 1, got {max_gamma!r}")
+    s = _speedups(a, c, gmax)
+    best = int(np.argmax(s))  # first maximum: smallest gamma among ties
+    return best + 1, float(s[best])
+
+
+def speedup_limit(alpha, cost, horizon: int | None = None) -> float:
+    """Supremum over gamma >= 1 of the expected speedup.
+
+    Scalar cost c, exact: with c = 0 it is E(gamma -> inf) (= 1/(1 - alpha) for i.i.d. alpha, inf at
+    alpha = 1); with c > 0 and a tail rate < 1 the speedup E(gamma)/(gamma c + 1) is quasi-concave in gamma
+    (concave over affine) once the per-position rates are repeating, so the maximum is attained at a finite
+    gamma and found by scanning until it turns down; with tail rate 1 the sup is max(scan, P/c), where P is
+    the probability all given positions are accepted (the i.i.d. value 1/c is approached, not attained).
+    CostModel: the maximum over gamma = 1..horizon (default ``COSTMODEL_HORIZON`` = 256), since T_target(k)
+    beyond the measured table is only an extrapolation. The limit may be < 1: then no gamma helps.
+    """
+    a = _check_single(alpha)
+    c = _check_cost(cost)
+    if not isinstance(c, float):
+        h = COSTMODEL_HORIZON if horizon is None else _check_gamma(horizon, "horizon")
+        return optimal_gamma(a, c, max(h, 1))[1]
+    L = a.shape[-1]
+    tail = float(a[-1])
+    P = float(np.prod(a))  # probability that all L given positions are accepted
+    if c == 0.0:
+        E_L = float(_expected_tokens_array(a, L))
+        if P == 0.0 or tail == 0.0:
+            return E_L  # no further position can ever be accepted
+        return math.inf if tail == 1.0 else E_L + P * tail / (1.0 - tail)
+    g = max(L + 1, 64)
+    while True:
+        s = _speedups(a, c, g)
+        if tail == 1.0 and P > 0.0:
+            # Linear-over-linear tail: monotone, so the sup is the scan or the asymptote P/c.
+            return float(max(s.max(), P / c))
+        # Past position L the curve is quasi-concave: once it decreases at the end, the max is in hand.
+        if s[-1] < s[-2] or P == 0.0 or tail == 0.0 or g >= 1 << 24:
+            return float(s.max())
+        g *= 2
+
+
+def speculation_helps(alpha, cost, horizon: int | None = None) -> bool:
+    """Whether some gamma >= 1 gives an expected speedup > 1.
+
+    Scalar cost: exactly ``alpha_1 > c`` (alpha_1 = the first position's rate). At gamma = 1 the speedup is
+    (1 + alpha)/(1 + c) > 1 iff alpha > c; and when alpha_1 <= c no longer draft helps either, because every
+    term prod_{j<=i} a_j <= a_1 <= c, so E(gamma) <= 1 + gamma c. CostModel: checked numerically over
+    gamma = 1..horizon, since T_target(k) > T_target(1) changes the condition (gamma = 1 needs
+    alpha > c + (T(2) - T(1))/T(1)).
+    """
+    a = _check_single(alpha)
+    c = _check_cost(cost)
+    if isinstance(c, float):
+        return bool(a[0] > c)
+    return speedup_limit(a, c, horizon) > 1.0
