@@ -1,0 +1,135 @@
+"""KV-cache bookkeeping for batched speculative decoding with ragged acceptance.
+
+Design ("one cache, a slot mask, explicit positions"):
+
+* Each model keeps ONE `transformers.DynamicCache` for the whole batch. Its sequence axis is a list of
+  *slots* shared by all rows. A 2-D mask `mask [B, L]` says which slots hold a real token of a row
+  (1) and which are left padding or *holes* (0): rejected draft positions of rows that accepted fewer
+  tokens than the longest row of the batch, or filler slots of a ragged input.
+* Every forward passes that 2-D mask (cached slots + new slots) and explicit `position_ids`
+  (= number of real tokens of the row before the slot), so RoPE / learned position embeddings see the
+  row's true positions whatever holes lie between its tokens. transformers builds the 4-D mask as
+  `causal(slot order) AND mask[b, kv_slot]`, which is exactly "attend to the real earlier tokens".
+* Rollback after verification: crop the cache (all rows) to the last slot any row keeps, and zero the
+  mask of the remaining slots a row rejected. Nothing is ever recomputed.
+* Compaction: when rows finish they are dropped from the batch (`select_rows`), and slot columns that no
+  remaining row uses are removed from the key/value tensors, so holes do not accumulate.
+
+Only full-attention caches (`DynamicLayer`) are supported: a sliding-window layer forgets slots by
+count, which is incompatible with holes.
+"""
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
+
+
+class SlotCache:
+    """A causal LM plus its batch KV cache, slot mask and per-row real-token counts.
+
+    Attributes:
+        mask: `[B, L]` int64, 1 where slot `l` holds a real token of row `b`.
+        n_real: `[B]` int64, real tokens cached per row (= `mask.sum(1)`).
+    """
+
+    def __init__(self, model):
+        self.model = model
+        self.cache = DynamicCache(config=model.config)
+        if any(getattr(layer, "is_sliding", False) for layer in self.cache.layers):
+            raise ValueError(
+                f"model {type(model).__name__} uses sliding-window attention, which exactspec's "
+                "hole-masked KV cache does not support"
+            )
+        self.device = model.device
+        self.mask: torch.Tensor | None = None
+        self.n_real: torch.Tensor | None = None
+        # Ids the model cannot embed (a target whose lm-head is padded larger than the draft's) are fed
+        # as 0: that only changes what the draft conditions on, never the exactness of the output.
+        self.n_embed = model.get_input_embeddings().num_embeddings
+
+    @property
+    def length(self) -> int:
+        """Number of slots in the cache (real tokens + holes + padding)."""
+        return 0 if self.mask is None else self.mask.shape[1]
+
+    def forward(self, tokens: torch.Tensor, valid: torch.Tensor, logits_to_keep: int = 0) -> torch.Tensor:
+        """Append `tokens [B, S]` as S new slots (`valid [B, S]` bool marks real ones); return logits.
+
+        Returns `[B, S, V]` logits (or `[B, logits_to_keep, V]`). Positions of valid slots continue each
+        row's count of real tokens; invalid slots get a harmless clamped position and are masked out
+        for every later query.
+        """
+        b, s = tokens.shape
+        valid = valid.to(self.device)
+        if self.mask is None:
+            self.mask = torch.zeros(b, 0, dtype=torch.long, device=self.device)
+            self.n_real = torch.zeros(b, dtype=torch.long, device=self.device)
+        pos = (self.n_real[:, None] + valid.long().cumsum(1) - 1).clamp(min=0)  # [B, S]
+        mask = torch.cat([self.mask, valid.long()], dim=1)  # [B, L+S]
+        tokens = torch.where(tokens < self.n_embed, tokens, torch.zeros_like(tokens)).to(self.device)
+        out = self.model(
+            input_ids=tokens,
+            attention_mask=mask,
+            position_ids=pos,
+            cache=self.cache,
+            use_cache=True,
+            logits_to_keep=logits_to_keep,
+        )
+        self.cache = out.cache if getattr(out, "cache", None) is not None else self.cache
+        self.mask = mask
+        self.n_real = self.n_real + valid.long().sum(1)
+        return out.logits
+
+    def rollback(self, keep: torch.Tensor) -> None:
+        """Keep only the slots flagged in `keep [B, S]` (bool) among the last S slots.
+
+        Trailing slots no row keeps are cropped from the cache; the others become holes (mask 0).
+        """
+        s = keep.shape[1]
+        keep = keep.to(self.device)
+        tail = self.mask[:, -s:].bool() & keep  # a hole stays a hole
+        used = tail.any(0).nonzero()
+        n_keep = int(used[-1]) + 1 if used.numel() else 0
+        if n_keep < s:
+            self.cache.crop(-(s - n_keep))
+        self.mask = torch.cat([self.mask[:, : self.length - s], tail[:, :n_keep].long()], dim=1)
+        self.n_real = self.mask.sum(1)
+
+    def select_rows(self, rows: torch.Tensor) -> None:
+        """Keep batch rows `rows [B']` (int64) and drop slot columns no kept row uses."""
+        if self.mask is None:
+            return
+        rows = rows.to(self.device)
+        self.cache.batch_select_indices(rows)
+        self.mask = self.mask[rows]
+        self.n_real = self.n_real[rows]
+        self.compact()
+
+    def compact(self) -> None:
+        """Remove slot columns that are a hole or padding for every row (keeps causal slot order)."""
+        used = self.mask.bool().any(0)
+        if bool(used.all()):
+            return
+        cols = used.nonzero().squeeze(1)
+        for layer in self.cache.layers:
+            if not isinstance(layer, DynamicLayer) or not layer.is_initialized or layer.keys.numel() == 0:
+                continue
+            layer.keys = layer.keys.index_select(-2, cols)
+            layer.values = layer.values.index_select(-2, cols)
+        self.mask = self.mask[:, cols]
+
+
+def left_pack(tokens: torch.Tensor, valid: torch.Tensor, pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Move each row's valid entries to the right end (left padding), keeping their order.
+
+    `tokens [B, W]`, `valid [B, W]` bool -> (`tokens [B, W']`, `valid [B, W']`) with W' = max valid count.
+    Left packing puts every row's last real token in the last column, so one `logits[:, -1]` serves all.
+    """
+    counts = valid.long().sum(1)
+    width = int(counts.max()) if counts.numel() else 0
+    order = torch.argsort(valid.long(), dim=1, stable=True)  # invalid first, valid (in order) last
+    packed = tokens.gather(1, order)[:, tokens.shape[1] - width :]
+    packed_valid = valid.gather(1, order)[:, tokens.shape[1] - width :]
+    packed = torch.where(packed_valid, packed, torch.full_like(packed, pad_id))
+    return packed, packed_valid
