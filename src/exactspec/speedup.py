@@ -197,8 +197,8 @@ def optimal_gamma(alpha, cost, max_gamma: int = 64) -> tuple[int, float]:
     """The draft length in 1..max_gamma with the highest expected speedup, and that speedup.
 
     Always returns some gamma >= 1, even when speculation does not pay: compare the returned speedup with
-    1 (or call :func:`speculation_helps`) to decide whether to speculate at all (gamma = 0). Ties go to the
-    smallest gamma. ``alpha``: scalar or per-position sequence; ``cost``: float or CostModel.
+    1 (or call :func:`speculation_helps`) to decide whether to speculate at all (gamma = 0). Ties (within a
+    relative 1e-12) go to the smallest gamma. ``alpha``: scalar or per-position sequence; ``cost``: float or CostModel.
     """
     a = _check_single(alpha)
     c = _check_cost(cost)
@@ -206,7 +206,9 @@ def optimal_gamma(alpha, cost, max_gamma: int = 64) -> tuple[int, float]:
     if gmax < 1:
         raise ValueError(f"max_gamma must be >= 1, got {max_gamma!r}")
     s = _speedups(a, c, gmax)
-    best = int(np.argmax(s))  # first maximum: smallest gamma among ties
+    # Smallest gamma within rounding of the maximum: with c = 0 and E saturated in float64, later gammas
+    # "win" by an ulp, and drafting 40 tokens for a 1e-16 gain is not an optimum anyone wants.
+    best = int(np.argmax(s >= s.max() * (1.0 - 1e-12)))
     return best + 1, float(s[best])
 
 
