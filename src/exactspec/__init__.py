@@ -20,11 +20,13 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "probs_from_logits": "sampling",
+    "sample_from_probs": "sampling",
     "verify": "verify",
     "Verdict": "verify",
     "verify_candidates": "candidates",
     "verify_tree": "candidates",
     "TokenTree": "candidates",
+    "TreeVerdict": "candidates",
     "acceptance_rate": "speedup",
     "expected_tokens": "speedup",
     "walltime_speedup": "speedup",

@@ -1,0 +1,211 @@
+"""Exact enumeration of each verification rule's output distribution (float64, small V and K).
+
+Distributions are prefix-dependent callables ``dist(prefix: tuple[int, ...]) -> Tensor [V]`` (float64).
+Every draft (with its probability under the drafter), every accept/reject outcome (with the probability
+given by the rule's *own* formula functions, imported from :mod:`exactspec.verify` and
+:mod:`exactspec.candidates`) and every final token is enumerated; the result is the exact distribution of
+the emitted tokens. Because rules emit a variable number of tokens, emitted prefixes are continued by
+sampling from the target up to a common length ``n_tokens`` (what later decoding steps do when the rule is
+correct); the rule is exact iff that joint equals the target's own joint of ``n_tokens`` tokens.
+"""
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+from typing import Callable
+
+import torch
+
+from exactspec.candidates import (
+    SCHEMES, TokenTree, candidate_draft_dist, mrrs_accept_prob, mrrs_residual,
+)
+from exactspec.verify import (
+    block_accept_probs, block_tau_probs, block_weights, residual, token_accept_prob,
+)
+
+Dist = Callable[[tuple], torch.Tensor]
+
+__all__ = [
+    "target_distribution", "rule_distribution", "expected_accepted", "candidates_distribution",
+    "tree_distribution", "max_abs_diff",
+]
+
+
+def _normalise_or(r: torch.Tensor, fallback: torch.Tensor) -> torch.Tensor:
+    # Same fallback as verify._emit: a zero-mass residual is replaced by p.
+    mass = float(r.sum())
+    return r / mass if mass > 1e-15 else fallback
+
+
+def _extend(emitted: dict, p_dist: Dist, n_tokens: int) -> dict:
+    """Continue every emitted prefix with target samples up to ``n_tokens`` tokens (exactly)."""
+    out = defaultdict(float)
+    stack = [(seq, pr) for seq, pr in emitted.items() if pr > 0]
+    while stack:
+        seq, pr = stack.pop()
+        if len(seq) >= n_tokens:
+            out[seq[:n_tokens]] += pr
+            continue
+        p = p_dist(seq)
+        for y in range(p.shape[0]):
+            if p[y] > 0:
+                stack.append((seq + (y,), pr * float(p[y])))
+    return dict(out)
+
+
+def target_distribution(p_dist: Dist, n_tokens: int) -> dict:
+    """The target's own joint distribution of its first ``n_tokens`` tokens."""
+    return _extend({(): 1.0}, p_dist, n_tokens)
+
+
+def _drafts(q_dist: Dist, K: int):
+    """Every draft x_1..x_K with its probability prod q_{i-1}(x_i)."""
+    def rec(prefix, pr):
+        if len(prefix) == K:
+            yield prefix, pr
+            return
+        q = q_dist(prefix)
+        for x in range(q.shape[0]):
+            if q[x] > 0:
+                yield from rec(prefix + (x,), pr * float(q[x]))
+    yield from rec((), 1.0)
+
+
+def _outcomes(p_dist: Dist, q_dist: Dist, x: tuple, method: str):
+    """For one draft: list of (n_kept, probability, distribution of the next token [V])."""
+    K = len(x)
+    P = torch.stack([p_dist(x[:i]) for i in range(K + 1)])  # [K+1, V]
+    Q = torch.stack([q_dist(x[:i]) for i in range(K)]) if K else P[:0]  # [K, V]
+    idx = torch.tensor(x, dtype=torch.long)
+    p_x, q_x = P[torch.arange(K), idx], Q[torch.arange(K), idx]
+    out = []
+    if method == "token":
+        a = token_accept_prob(p_x, q_x)
+        keep = 1.0
+        for n in range(K + 1):
+            if n == K:
+                out.append((n, keep, P[K]))
+            else:
+                out.append((n, keep * (1 - float(a[n])), _normalise_or(residual(P[n], Q[n]), P[n])))
+                keep *= float(a[n])
+    elif method == "block":
+        w = block_weights(p_x, q_x)  # [K+1]
+        z = residual(P[1:K], Q[1:K], w[1:K, None]).sum(-1)  # [K-1]
+        tau = block_tau_probs(block_accept_probs(w, z))  # [K+1]
+        for n in range(K + 1):
+            nxt = P[K] if n == K else _normalise_or(residual(P[n], Q[n], w[n]), P[n])
+            out.append((n, float(tau[n]), nxt))
+    else:
+        raise ValueError(f"method must be 'token' or 'block' for enumeration, got {method!r}")
+    return out
+
+
+def rule_distribution(p_dist: Dist, q_dist: Dist, K: int, method: str, n_tokens: int | None = None) -> dict:
+    """Exact distribution of the first ``n_tokens`` (default K+1) output tokens of one verification step
+    (drafting K tokens from q, verifying with ``method``), continued by the target."""
+    emitted = defaultdict(float)
+    for x, qx in _drafts(q_dist, K):
+        for n, pr, nxt in _outcomes(p_dist, q_dist, x, method):
+            for y in range(nxt.shape[0]):
+                emitted[x[:n] + (y,)] += qx * pr * float(nxt[y])
+    return _extend(emitted, p_dist, n_tokens or K + 1)
+
+
+def expected_accepted(p_dist: Dist, q_dist: Dist, K: int, method: str) -> float:
+    """Exact E[number of draft tokens kept] in one step of ``method`` ("token" or "block")."""
+    return sum(qx * n * pr for x, qx in _drafts(q_dist, K) for n, pr, _ in _outcomes(p_dist, q_dist, x, method))
+
+
+# ----------------------------------------------------------------------------- candidates and trees
+def _candidate_draws(q: torch.Tensor, n: int, scheme: str):
+    """Every candidate tuple of length n with its probability under ``scheme``."""
+    V = q.shape[0]
+    if scheme == "deterministic":
+        order = sorted(range(V), key=lambda y: (-float(q[y]), y))  # top-n, documented tie order
+        yield tuple(order[:n]), 1.0
+        return
+    for c in itertools.product(range(V), repeat=n):
+        pr = 1.0
+        for s in range(n):
+            prev = torch.tensor(c[:s], dtype=torch.long)
+            qs = candidate_draft_dist(q, prev, torch.tensor(c[s]), scheme)
+            pr *= float(qs[c[s]]) if torch.isfinite(qs).all() else 0.0
+            if pr == 0:
+                break
+        if pr > 0:
+            yield c, pr
+
+
+def _mrrs_outcomes(p: torch.Tensor, q: torch.Tensor, c: tuple, scheme: str):
+    """For fixed candidates: list of (accepted index or -1, probability, final residual or None)."""
+    R, out, reach = p, [], 1.0
+    for s, x in enumerate(c):
+        qs = candidate_draft_dist(q, torch.tensor(c[:s], dtype=torch.long), torch.tensor(x), scheme)
+        a = float(mrrs_accept_prob(R[x], qs[x]))
+        out.append((s, reach * a, None))
+        reach *= 1 - a
+        R = mrrs_residual(R, qs)
+    out.append((-1, reach, R))
+    return out
+
+
+def candidates_distribution(p: torch.Tensor, q: torch.Tensor, n: int, scheme: str) -> torch.Tensor:
+    """Exact distribution [V] of the token emitted by multi-round rejection sampling over n candidates."""
+    if scheme not in SCHEMES:
+        raise ValueError(f"scheme must be one of {SCHEMES}, got {scheme!r}")
+    out = torch.zeros_like(p)
+    for c, pc in _candidate_draws(q, n, scheme):
+        for s, pr, R in _mrrs_outcomes(p, q, c, scheme):
+            if s >= 0:
+                out[c[s]] += pc * pr
+            else:
+                out += pc * pr * R
+    return out
+
+
+def tree_distribution(p_dist: Dist, q_dist: Dist, parents: list, scheme: str, n_tokens: int | None = None):
+    """Exact output distribution of :func:`exactspec.verify_tree` on a tree of the given shape whose
+    sibling tokens are drawn from ``q_dist(node prefix)`` under ``scheme``; continued to ``n_tokens``
+    (default depth + 1) tokens by the target."""
+    tree = TokenTree(parents, [0] * len(parents))
+    kids = tree.children()
+    emitted = defaultdict(float)
+
+    def assignments(pending, toks, pr):
+        # pending: nodes whose children still need tokens, with their prefixes
+        if not pending:
+            yield dict(toks), pr
+            return
+        (u, prefix), rest = pending[0], pending[1:]
+        ch = kids[u + 1]
+        if not ch:
+            yield from assignments(rest, toks, pr)
+            return
+        for c, pc in _candidate_draws(q_dist(prefix), len(ch), scheme):
+            new = dict(toks)
+            new.update(zip(ch, c))
+            yield from assignments(rest + [(i, prefix + (t,)) for i, t in zip(ch, c)], new, pr * pc)
+
+    def walk(u, prefix, toks, pr):
+        ch = kids[u + 1]
+        p = p_dist(prefix)
+        if not ch:
+            for y in range(p.shape[0]):
+                emitted[prefix + (y,)] += pr * float(p[y])
+            return
+        c = tuple(toks[i] for i in ch)
+        for s, ps, R in _mrrs_outcomes(p, q_dist(prefix), c, scheme):
+            if s >= 0:
+                walk(ch[s], prefix + (c[s],), toks, pr * ps)
+            else:
+                for y in range(R.shape[0]):
+                    emitted[prefix + (y,)] += pr * ps * float(R[y])
+
+    for toks, pa in assignments([(-1, ())], {}, 1.0):
+        walk(-1, (), toks, pa)
+    return _extend(emitted, p_dist, n_tokens or tree.depth() + 1)
+
+
+def max_abs_diff(a: dict, b: dict) -> float:
+    """Largest |a[s] - b[s]| over the union of keys (missing = 0)."""
+    return max(abs(a.get(k, 0.0) - b.get(k, 0.0)) for k in set(a) | set(b))

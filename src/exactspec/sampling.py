@@ -1,0 +1,133 @@
+"""Sampling transforms (logits -> probabilities) and a fast inverse-CDF sampler.
+
+The *same* transform must be applied to the target and to the draft: speculative decoding is exact with
+respect to whatever distributions it is handed, so a mismatch here silently changes what is sampled.
+
+Filters are applied in the Hugging Face order: temperature -> top-k -> top-p -> min-p, each on the
+distribution renormalised over the survivors of the previous one.
+
+Tie rule (one total order, used everywhere): tokens are ranked by probability, higher first, and equal
+probabilities are ranked by *lower token id first*. Hence
+
+- temperature 0 is the one-hot argmax, lowest id among ties (what ``torch.argmax`` returns);
+- ``top_k=k`` keeps exactly ``min(k, V)`` tokens: the k first in that order (ties at the k-th place are
+  broken towards lower ids, not all kept);
+- ``top_p=p`` keeps the shortest prefix of that order whose mass reaches ``p``; ``top_p=0`` keeps only the
+  first token (= the argmax), ``top_p=1`` keeps everything;
+- ``min_p=m`` keeps tokens with probability >= m * max probability (no ordering needed; ties all kept).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+__all__ = ["probs_from_logits", "sample_from_probs"]
+
+
+def _check_args(temperature, top_k, top_p, min_p) -> None:
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not (
+        math.isfinite(temperature) and temperature >= 0
+    ):
+        raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
+        raise ValueError(f"top_k must be an int >= 0 (0 disables it), got {top_k!r}")
+    if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not (0.0 <= top_p <= 1.0):
+        raise ValueError(f"top_p must be a number in [0, 1] (1 disables it), got {top_p!r}")
+    if isinstance(min_p, bool) or not isinstance(min_p, (int, float)) or not (0.0 <= min_p <= 1.0):
+        raise ValueError(f"min_p must be a number in [0, 1] (0 disables it), got {min_p!r}")
+
+
+def _top_k_mask(scores: torch.Tensor, k: int) -> torch.Tensor:
+    """Boolean mask [..., V] of the k first tokens in the (prob desc, id asc) order."""
+    kth = torch.topk(scores, k, dim=-1).values[..., -1:]  # [..., 1]
+    above = scores > kth
+    ties = scores == kth
+    # Among tokens tied with the k-th value, keep the lowest ids until k tokens are kept.
+    need = k - above.sum(-1, keepdim=True)
+    return above | (ties & (ties.cumsum(-1) <= need))
+
+
+def _top_p_mask(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    # Stable descending sort ranks equal probabilities by lower id first (the documented tie rule).
+    sorted_p, order = torch.sort(probs, dim=-1, descending=True, stable=True)
+    mass_before = sorted_p.cumsum(-1) - sorted_p  # [..., V] mass strictly ahead of each token
+    keep_sorted = mass_before < top_p
+    keep_sorted[..., 0] = True  # the first token is always kept (top_p = 0 -> argmax)
+    return torch.zeros_like(keep_sorted).scatter_(-1, order, keep_sorted)
+
+
+def probs_from_logits(
+    logits: torch.Tensor,  # [..., V]
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    min_p: float = 0.0,
+) -> torch.Tensor:  # [..., V] float32
+    """Turn logits into the sampling distribution (fp32), applying temperature, top-k, top-p, min-p.
+
+    Args:
+        logits: ``[..., V]`` any float dtype; computed in fp32.
+        temperature: ``>= 0``; ``0`` gives the one-hot argmax (lowest id among ties).
+        top_k: ``0`` disables; ``top_k >= V`` keeps everything.
+        top_p: in ``[0, 1]``; ``1`` disables, ``0`` keeps only the top token.
+        min_p: in ``[0, 1]``; ``0`` disables.
+
+    Raises:
+        ValueError naming the argument for a bad setting, or ``logits`` for a row containing NaN / +inf
+        or made only of -inf (its distribution is undefined).
+    """
+    _check_args(temperature, top_k, top_p, min_p)
+    if not isinstance(logits, torch.Tensor) or logits.dim() < 1 or logits.shape[-1] < 1:
+        raise ValueError("logits must be a tensor of shape [..., V] with V >= 1")
+    if not logits.is_floating_point():
+        raise ValueError(f"logits must be a floating-point tensor, got {logits.dtype}")
+    V = logits.shape[-1]
+    if temperature == 0:
+        idx = logits.argmax(-1, keepdim=True)
+        out = torch.zeros(logits.shape, dtype=torch.float32, device=logits.device).scatter_(-1, idx, 1.0)
+        # argmax would silently pick a NaN; check the picked values only (cheap).
+        picked = logits.gather(-1, idx).float()
+        if not bool(torch.isfinite(picked).all()):
+            raise ValueError("logits contain NaN or inf in a row (temperature=0 argmax undefined)")
+        return out
+    scores = logits.float()
+    if temperature != 1.0:
+        scores = scores / temperature
+    if 0 < top_k < V:
+        scores = scores.masked_fill(~_top_k_mask(scores, top_k), float("-inf"))
+    probs = torch.softmax(scores, dim=-1)
+    if top_p < 1.0:
+        probs = probs * _top_p_mask(probs, float(top_p))
+        probs = probs / probs.sum(-1, keepdim=True)
+    if min_p > 0.0:
+        keep = probs >= min_p * probs.amax(-1, keepdim=True)
+        probs = probs * keep
+        probs = probs / probs.sum(-1, keepdim=True)
+    # NaN / +inf logits and all -inf rows make the *whole* softmax row NaN, so the first column tells.
+    if not bool(torch.isfinite(probs[..., 0]).all()):
+        raise ValueError("logits contain NaN or +inf, or a row that is entirely -inf")
+    return probs
+
+
+def sample_from_probs(
+    probs: torch.Tensor,  # [..., V] non-negative, need not be normalised
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:  # [...] int64
+    """Draw one token per row by inverse CDF with exactly one uniform per row.
+
+    Rows need not be normalised (the uniform is scaled by the row total), which lets callers sample a
+    residual ``max(p - q, 0)`` without dividing. The CDF is accumulated in float64 so that per-token
+    probabilities are not distorted by fp32 rounding over a 32k-token row. A token with probability 0 is
+    never returned. Rows must have positive total mass (the caller validates).
+    """
+    if probs.dim() < 1:
+        raise ValueError("probs must have shape [..., V]")
+    lead = probs.shape[:-1]
+    flat = probs.reshape(-1, probs.shape[-1])
+    cdf = flat.double().cumsum_(-1)  # [N, V]
+    u = torch.rand(flat.shape[0], 1, generator=generator, dtype=torch.float64, device=probs.device)
+    # right=True: first index whose CDF is > u * total; zero-probability tokens share their left
+    # neighbour's CDF value and so can never be that first index.
+    idx = torch.searchsorted(cdf, u * cdf[:, -1:], right=True)
+    return idx.clamp_(max=flat.shape[-1] - 1).reshape(lead)

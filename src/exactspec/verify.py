@@ -1,0 +1,327 @@
+"""Verification rules for speculative decoding: pure, batched, randomness injected.
+
+Indexing (0-based tensor positions). ``target_probs[:, i]`` is the target distribution after the prompt
+and the first ``i`` draft tokens, ``i = 0..K``; ``draft_tokens[:, i]`` was drawn from ``draft_probs[:, i]``
+and is checked against ``target_probs[:, i]``; ``target_probs[:, K]`` (or ``[:, L_b]`` for a ragged row)
+is the bonus position.
+
+The formula functions (``token_accept_prob``, ``residual``, ``block_weights``, ``block_accept_probs``,
+``block_tau_probs``) are shared with :mod:`exactspec.exact`, which enumerates every outcome with them and
+checks that the output equals the target distribution exactly. Keep the two in lock-step by construction.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from exactspec.sampling import sample_from_probs
+
+__all__ = [
+    "Verdict", "verify", "token_accept_prob", "residual", "block_weights", "block_accept_probs",
+    "block_tau_probs", "METHODS",
+]
+
+METHODS = ("token", "greedy", "block")
+CHECKS = ("rule", "full", "none")
+
+
+# ----------------------------------------------------------------------------- formula functions
+def token_accept_prob(p_x: torch.Tensor, q_x: torch.Tensor) -> torch.Tensor:
+    """min(1, p(x)/q(x)) elementwise (Leviathan et al. 2023, Alg. 1). ``q_x > 0`` is the caller's job."""
+    return torch.clamp(p_x / q_x, max=1.0)
+
+
+def residual(p: torch.Tensor, q: torch.Tensor, weight: torch.Tensor | float = 1.0) -> torch.Tensor:
+    """Unnormalised residual ``max(weight * p - q, 0)`` over the last axis (``weight`` = 1 for "token")."""
+    return (p * weight - q).clamp_(min=0.0)
+
+
+def block_weights(p_x: torch.Tensor, q_x: torch.Tensor) -> torch.Tensor:  # [..., K] -> [..., K+1]
+    """Running weights of block verification (Sun et al. 2024, Alg. 2).
+
+    ``w_0 = 1``, ``w_i = min(1, w_{i-1} * p_{i-1}(x_i) / q_{i-1}(x_i))`` where ``p_x[..., i-1]`` and
+    ``q_x[..., i-1]`` are the target/draft probabilities of draft token ``x_i`` (drawn at position i-1).
+    """
+    ratio = p_x / q_x
+    w = [torch.ones(ratio.shape[:-1], dtype=ratio.dtype, device=ratio.device)]
+    for i in range(ratio.shape[-1]):  # K is small; the clamp at each step forbids a plain cumprod
+        w.append(torch.clamp(w[-1] * ratio[..., i], max=1.0))
+    return torch.stack(w, dim=-1)
+
+
+def block_accept_probs(w: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    """Coin probabilities ``h_1..h_K`` of block verification: ``[..., K]`` from ``w [..., K+1]``.
+
+    ``z[..., i-1] = Z_i = sum_y max(w_i p_i(y) - q_i(y), 0)`` for ``i = 1..K-1`` (shape ``[..., K-1]``).
+    ``h_i = Z_i / (Z_i + 1 - w_i)`` (1 when the denominator is 0) for ``i < K`` and ``h_K = w_K``.
+    """
+    wi = w[..., 1:-1]
+    den = z + (1.0 - wi)
+    h = torch.where(den > 0, z / torch.where(den > 0, den, torch.ones_like(den)), torch.ones_like(den))
+    return torch.cat([h.clamp(0.0, 1.0), w[..., -1:]], dim=-1)
+
+
+def block_tau_probs(h: torch.Tensor) -> torch.Tensor:  # [..., K] -> [..., K+1]
+    """P(tau = i), i = 0..K, where tau is the LAST i in 1..K whose coin (prob ``h_i``) succeeds, else 0."""
+    fail_after = torch.ones_like(h[..., :1])
+    out = [None] * (h.shape[-1] + 1)
+    for i in range(h.shape[-1], 0, -1):
+        out[i] = h[..., i - 1 : i] * fail_after
+        fail_after = fail_after * (1.0 - h[..., i - 1 : i])
+    out[0] = fail_after
+    return torch.cat(out, dim=-1)
+
+
+# ----------------------------------------------------------------------------- verdict and checks
+@dataclass
+class Verdict:
+    """Outcome of one verification step for a batch.
+
+    accepted:     ``[B]`` int64, number of draft tokens kept (``0..L_b``).
+    next_token:   ``[B]`` int64, token emitted after them (residual sample, bonus, or greedy argmax).
+    accept_probs: ``[B, K]`` float32, per-position probability of the rule's coin: ``min(1, p/q)`` for
+                  "token", ``h_i`` for "block", 1/0 (draft == argmax) for "greedy"; 0 past ``L_b``.
+    """
+
+    accepted: torch.Tensor
+    next_token: torch.Tensor
+    accept_probs: torch.Tensor
+
+    def tokens(self, draft_tokens: torch.Tensor) -> list[list[int]]:
+        """Emitted tokens per row: the kept draft prefix followed by ``next_token``."""
+        return [
+            draft_tokens[b, : int(n)].tolist() + [int(t)]
+            for b, (n, t) in enumerate(zip(self.accepted.tolist(), self.next_token.tolist()))
+        ]
+
+
+def _to32(x: torch.Tensor) -> torch.Tensor:
+    return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+
+
+def _tol(x: torch.Tensor) -> float:
+    # Row sums of half-precision softmax outputs drift by ~1e-3; fp32/fp64 ones by far less.
+    return 2e-2 if x.dtype in (torch.float16, torch.bfloat16) else 1e-3
+
+
+def _row_sums(x: torch.Tensor) -> torch.Tensor:  # [..., V] -> [...]
+    if x.dtype == torch.float32 and x.is_contiguous():
+        # A matrix-vector product is a much cheaper full-row reduction than .sum() on CPU here.
+        V = x.shape[-1]
+        return torch.mv(x.view(-1, V), torch.ones(V, dtype=x.dtype, device=x.device)).view(x.shape[:-1])
+    return x.sum(-1, dtype=torch.float32)
+
+
+def _check_sums(sums: torch.Tensor, mask: torch.Tensor | None, tol: float, name: str) -> None:
+    bad = ~((sums - 1.0).abs() <= tol)  # also catches NaN / inf
+    if mask is not None:
+        bad &= mask
+    if bool(bad.any()):
+        where = tuple(bad.nonzero()[0].tolist())
+        raise ValueError(
+            f"{name}: row {where} sums to {float(sums[where]):.6g}, not 1 (or has NaN/inf): "
+            "not a probability distribution"
+        )
+
+
+def _check_rows(rows: torch.Tensor, name: str, what: str) -> None:
+    """Finite, non-negative, normalised rows [N, V] (the rows a rule samples from)."""
+    if rows.numel() == 0:
+        return
+    if not bool(torch.isfinite(rows).all()):
+        raise ValueError(f"{name}: {what} row contains NaN or inf")
+    if bool((rows < 0).any()):
+        raise ValueError(f"{name}: {what} row has negative probabilities")
+    _check_sums(_row_sums(rows.contiguous() if rows.dtype == torch.float32 else rows), None, _tol(rows),
+                f"{name} ({what})")
+
+
+def _check_gathered(p_x, q_x, valid, need_q: bool) -> None:
+    if not bool((torch.isfinite(p_x) & (p_x >= 0) & (p_x <= 1.0 + 1e-3) | ~valid).all()):
+        raise ValueError("target_probs: NaN, negative or > 1 probability at a drafted token")
+    if need_q:
+        if not bool((torch.isfinite(q_x) & (q_x >= 0) & (q_x <= 1.0 + 1e-3) | ~valid).all()):
+            raise ValueError("draft_probs: NaN, negative or > 1 probability at a drafted token")
+        if bool(((q_x <= 0) & valid).any()):
+            b, i = (((q_x <= 0) & valid).nonzero()[0]).tolist()
+            raise ValueError(
+                f"draft_probs: drafted token at row {b}, position {i} has draft probability 0 "
+                "(it cannot have been drawn from draft_probs)"
+            )
+
+
+def _check_full(tp, dp, valid_pos, bonus_pos) -> None:
+    """Every element of every row in use: the opt-in `checks="full"` mode."""
+    B, K1, V = tp.shape
+    rows_t = torch.cat([valid_pos, torch.zeros(B, 1, dtype=torch.bool, device=tp.device)], 1)
+    rows_t[torch.arange(B), bonus_pos] = True
+    for x, rows, name in ((tp, rows_t, "target_probs"), (dp, valid_pos, "draft_probs")):
+        if x is None:
+            continue
+        sel = x[rows]
+        if not bool(torch.isfinite(sel).all()):
+            raise ValueError(f"{name}: contains NaN or inf")
+        if bool((sel < 0).any()):
+            raise ValueError(f"{name}: contains negative probabilities")
+        _check_sums(sel.sum(-1, dtype=torch.float32), None, _tol(x), name)
+
+
+def _validate_shapes(tp, dp, tokens, lengths, method, checks):
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if checks not in CHECKS:
+        raise ValueError(f"checks must be one of {CHECKS}, got {checks!r}")
+    if not isinstance(tp, torch.Tensor) or tp.dim() != 3 or not tp.is_floating_point():
+        raise ValueError("target_probs must be a float tensor of shape [B, K+1, V]")
+    B, K1, V = tp.shape
+    K = K1 - 1
+    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.dtype.is_floating_point:
+        raise ValueError("draft_tokens must be an integer tensor of shape [B, K]")
+    if tokens.shape != (B, K):
+        raise ValueError(f"draft_tokens has shape {tuple(tokens.shape)}, expected [B, K] = [{B}, {K}] "
+                         "(target_probs is [B, K+1, V])")
+    if dp is None:
+        if method != "greedy":
+            raise ValueError(f"draft_probs is required for method={method!r}")
+    else:
+        if not isinstance(dp, torch.Tensor) or dp.dim() != 3 or not dp.is_floating_point():
+            raise ValueError("draft_probs must be a float tensor of shape [B, K, V]")
+        if dp.shape[-1] != V:
+            raise ValueError(f"draft_probs vocab size {dp.shape[-1]} != target_probs vocab size {V}")
+        if dp.shape[:2] != (B, K):
+            raise ValueError(f"draft_probs has shape {tuple(dp.shape)}, expected [B, K, V] = [{B}, {K}, {V}]")
+    if lengths is None:
+        L = torch.full((B,), K, dtype=torch.long, device=tp.device)
+    else:
+        if not isinstance(lengths, torch.Tensor) or lengths.shape != (B,) or lengths.dtype.is_floating_point:
+            raise ValueError(f"draft_lengths must be an integer tensor of shape [B] = [{B}]")
+        L = lengths.long()
+        if bool(((L < 0) | (L > K)).any()):
+            raise ValueError(f"draft_lengths must lie in [0, K] = [0, {K}], got {L.tolist()}")
+    valid = torch.arange(K, device=tp.device) < L[:, None]  # [B, K]
+    if bool((((tokens < 0) | (tokens >= V)) & valid).any()):
+        raise ValueError(f"draft_tokens: token id out of range [0, {V}) at a used position")
+    return B, K, V, L, valid
+
+
+# ----------------------------------------------------------------------------- the rules
+def _emit(tp, dp, pos, weight, use_q, generator, checks) -> torch.Tensor:
+    """Sample the token after the kept prefix: from ``max(weight * p - q, 0)`` where ``use_q`` (a
+    rejection), else from ``p`` (bonus). ``pos`` [B] is the position per row."""
+    B = tp.shape[0]
+    ar = torch.arange(B, device=tp.device)
+    p_rows = _to32(tp[ar, pos])  # [B, V]
+    if dp is None or not bool(use_q.any()):
+        if checks != "none":
+            _check_rows(p_rows, "target_probs", "sampled")
+        return sample_from_probs(p_rows, generator)
+    q_rows = _to32(dp[ar, pos.clamp(max=dp.shape[1] - 1)])  # [B, V]
+    if checks != "none":
+        _check_rows(p_rows, "target_probs", "sampled")
+        _check_rows(q_rows[use_q], "draft_probs", "residual")
+    w = torch.where(use_q, weight, torch.ones_like(weight))[:, None]
+    r = torch.addcmul(p_rows * w, q_rows, use_q.to(p_rows.dtype)[:, None], value=-1.0).clamp_(min=0.0)
+    # A residual of (numerically) zero mass only arises when w*p ~ q, where rejection itself has
+    # probability ~0; falling back to p avoids 0/0 at no measurable cost in exactness.
+    tiny = r.sum(-1) <= 16 * torch.finfo(r.dtype).eps
+    if bool(tiny.any()):
+        r = torch.where(tiny[:, None], p_rows, r)
+    return sample_from_probs(r, generator)
+
+
+def verify(
+    target_probs: torch.Tensor,  # [B, K+1, V]
+    draft_probs: torch.Tensor | None,  # [B, K, V]
+    draft_tokens: torch.Tensor,  # [B, K] int64
+    *,
+    method: str = "token",
+    draft_lengths: torch.Tensor | None = None,  # [B] int, 0..K
+    generator: torch.Generator | None = None,
+    checks: str = "rule",
+) -> Verdict:
+    """Verify a batch of drafts against the target; the output is distributed exactly as the target.
+
+    Args:
+        target_probs: ``[B, K+1, V]``; position i = target after the first i draft tokens; K = bonus.
+        draft_probs: ``[B, K, V]``; the distribution draft token i was drawn from (one-hot for
+            deterministic drafters). May be ``None`` for ``method="greedy"``.
+        draft_tokens: ``[B, K]`` integer.
+        method: ``"token"`` (Leviathan/Chen), ``"block"`` (Sun et al. 2024, Alg. 2) or ``"greedy"``.
+        draft_lengths: optional ``[B]``; row b uses its first ``L_b`` tokens, position ``L_b`` is its bonus
+            position (``L_b = 0``: plain sampling from ``target_probs[b, 0]``). Tokens past ``L_b`` are
+            ignored (any padding value).
+        generator: the only source of randomness.
+        checks: ``"rule"`` (default) validates what the rule reads: shapes, token range, the gathered
+            ``p_i(x_i)``, ``q_i(x_i)``, every row it samples from, and (block) the sums of every row its
+            residual masses read (NaN/inf propagate into them); ``"full"`` also scans every used row
+            element-wise; ``"none"`` only checks shapes.
+
+    fp16/bf16 inputs are computed in fp32. Raises ValueError naming the offending argument.
+    """
+    tp, dp = target_probs, draft_probs
+    B, K, V, L, valid = _validate_shapes(tp, dp, draft_tokens, draft_lengths, method, checks)
+    if checks == "full":
+        _check_full(tp, dp, valid, L)
+    if K == 0:  # nothing drafted: plain sampling from the target
+        z0 = torch.zeros(B, dtype=torch.long, device=tp.device)
+        if method == "greedy":
+            return Verdict(z0, tp[:, 0].argmax(-1), torch.zeros(B, 0))
+        return Verdict(z0, _emit(tp, None, z0, None, None, generator, checks), torch.zeros(B, 0))
+    tok = draft_tokens.long()
+    if draft_lengths is not None:
+        tok = tok.masked_fill(~valid, 0)  # padding may be any value; gather a harmless id
+    ar = torch.arange(B, device=tp.device)
+
+    if method == "greedy":
+        vals, am = tp.max(-1)  # [B, K+1]; max returns the lowest index among ties
+        if checks != "none":
+            used = torch.cat([valid, torch.ones(B, 1, dtype=torch.bool, device=tp.device)], 1)
+            if not bool((torch.isfinite(vals) | ~used).all()):
+                raise ValueError("target_probs: NaN or inf in a row the greedy rule reads")
+        match = (tok == am[:, :K]) & valid
+        accepted = match.long().cumprod(-1).sum(-1)
+        return Verdict(accepted, am[ar, accepted], match.float())
+
+    idx = tok[..., None]
+    p_x = _to32(tp[:, :K].gather(-1, idx).squeeze(-1))  # [B, K]
+    q_x = _to32(dp.gather(-1, idx).squeeze(-1))  # [B, K]
+    if checks != "none":
+        _check_gathered(p_x, q_x, valid, need_q=True)
+    q_safe = torch.where(valid, q_x, torch.ones_like(q_x))
+    u = torch.rand(B, K, generator=generator, device=tp.device)
+
+    if method == "token":
+        a = token_accept_prob(p_x, q_safe) * valid
+        accepted = ((u < a).long().cumprod(-1)).sum(-1)  # u in [0, 1): P(u < a) = a
+        rejected = accepted < L
+        nxt = _emit(tp, dp, accepted, torch.ones(B, device=tp.device), rejected, generator, checks)
+        return Verdict(accepted, nxt, a)
+
+    # method == "block"
+    w = block_weights(torch.where(valid, p_x, torch.zeros_like(p_x)), q_safe)  # [B, K+1]
+    if K > 1:
+        P, Q = tp[:, 1:K], dp[:, 1:K]  # [B, K-1, V]
+        # Z = sum max(wp - q, 0) = (sum|q - wp| - sum(q - wp)) / 2: one elementwise pass + one reduction,
+        # and the plain row sums (needed anyway to validate) come from cheap matrix-vector products.
+        d = torch.addcmul(Q, w[:, 1:K, None], P, value=-1.0)  # [B, K-1, V] fp32 (type promotion)
+        abs_sum = torch.linalg.vector_norm(d, 1, dim=-1)
+        sp = _row_sums(tp)[:, 1:K]
+        sq = _row_sums(dp)[:, 1:K]
+        if checks != "none":
+            used = valid[:, 1:]  # positions 1..K-1 that are < L_b
+            _check_sums(sp, used, _tol(tp), "target_probs")
+            _check_sums(sq, used, _tol(dp), "draft_probs")
+            if not bool((torch.isfinite(abs_sum) | ~used).all()):
+                raise ValueError("target_probs/draft_probs: NaN or inf in a row the block rule reads")
+        z = ((abs_sum - (sq - w[:, 1:K] * sp)) * 0.5).clamp_(min=0.0)
+    else:
+        z = torch.zeros(B, 0, device=tp.device)
+    h = block_accept_probs(w, z)  # [B, K], unragged
+    cols = torch.arange(1, K + 1, device=tp.device)[None, :]  # position i of column i-1
+    w_at = w[:, 1:]
+    h = torch.where(cols < L[:, None], h, torch.where(cols == L[:, None], w_at, torch.zeros_like(h)))
+    tau = ((u < h).long() * cols).amax(-1)
+    rejected = tau < L
+    nxt = _emit(tp, dp, tau, w[ar, tau], rejected, generator, checks)
+    return Verdict(tau, nxt, h)
