@@ -94,12 +94,12 @@ def verify_candidates(
                          + (" (vocab mismatch)" if draft_probs.shape[-1] != V else ""))
     R = _to32(target_probs).clone()
     if checks != "none":
-        _check_rows(R, "target_probs", "candidate")
+        _check_rows(R, None, "target_probs", "candidate")
     q = None
     if scheme != "deterministic":
         q = _to32(draft_probs)
         if checks != "none":
-            _check_rows(q, "draft_probs", "candidate")
+            _check_rows(q, None, "draft_probs", "candidate")
     n = candidates.shape[1]
     cand = candidates.long()
     ar = torch.arange(B, device=R.device)

@@ -22,7 +22,7 @@ import math
 
 import torch
 
-__all__ = ["probs_from_logits", "sample_from_probs"]
+__all__ = ["probs_from_logits", "sample_from_probs", "sample_from_cdf"]
 
 
 def _check_args(temperature, top_k, top_p, min_p) -> None:
@@ -125,9 +125,13 @@ def sample_from_probs(
         raise ValueError("probs must have shape [..., V]")
     lead = probs.shape[:-1]
     flat = probs.reshape(-1, probs.shape[-1])
-    cdf = flat.double().cumsum_(-1)  # [N, V]
-    u = torch.rand(flat.shape[0], 1, generator=generator, dtype=torch.float64, device=probs.device)
+    return sample_from_cdf(torch.cumsum(flat, -1, dtype=torch.float64), generator).reshape(lead)
+
+
+def sample_from_cdf(cdf: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Inverse-CDF draw from unnormalised cumulative sums ``cdf [N, V]`` (float64); one uniform per row."""
+    u = torch.rand(cdf.shape[0], 1, generator=generator, dtype=torch.float64, device=cdf.device)
     # right=True: first index whose CDF is > u * total; zero-probability tokens share their left
     # neighbour's CDF value and so can never be that first index.
     idx = torch.searchsorted(cdf, u * cdf[:, -1:], right=True)
-    return idx.clamp_(max=flat.shape[-1] - 1).reshape(lead)
+    return idx.clamp_(max=cdf.shape[-1] - 1).squeeze(1)

@@ -11,11 +11,12 @@ checks that the output equals the target distribution exactly. Keep the two in l
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 
-from exactspec.sampling import sample_from_probs
+from exactspec.sampling import sample_from_cdf, sample_from_probs
 
 __all__ = [
     "Verdict", "verify", "token_accept_prob", "residual", "block_weights", "block_accept_probs",
@@ -125,15 +126,15 @@ def _check_sums(sums: torch.Tensor, mask: torch.Tensor | None, tol: float, name:
         )
 
 
-def _check_rows(rows: torch.Tensor, name: str, what: str) -> None:
-    """Finite, non-negative, normalised rows [N, V] (the rows a rule samples from)."""
+def _check_rows(rows: torch.Tensor, mask: torch.Tensor | None, name: str, what: str) -> None:
+    """Finite, non-negative, normalised rows [N, V] (the rows a rule samples from); ``mask`` [N] selects
+    the rows that matter (the others must be zero-filled by the caller)."""
     if rows.numel() == 0:
         return
-    if not bool(torch.isfinite(rows).all()):
-        raise ValueError(f"{name}: {what} row contains NaN or inf")
-    if bool((rows < 0).any()):
+    # NaN / inf propagate into the row sums, so the sum check covers them; min catches negatives.
+    if bool(rows.amin() < 0):
         raise ValueError(f"{name}: {what} row has negative probabilities")
-    _check_sums(_row_sums(rows.contiguous() if rows.dtype == torch.float32 else rows), None, _tol(rows),
+    _check_sums(_row_sums(rows.contiguous() if rows.dtype == torch.float32 else rows), mask, _tol(rows),
                 f"{name} ({what})")
 
 
@@ -206,28 +207,52 @@ def _validate_shapes(tp, dp, tokens, lengths, method, checks):
 
 
 # ----------------------------------------------------------------------------- the rules
+@contextmanager
+def _one_thread():
+    """Run O(B*V) tail work on the calling thread only.
+
+    These ops (a few rows of V) are too small to gain from intra-op parallelism, while each parallel op
+    pays a fork/join that becomes a whole scheduler slice (~10 ms) when another process holds the other
+    core (measured on the shared 2-core machine). With the OpenMP backend the setting is per-thread.
+    """
+    n = torch.get_num_threads()
+    if n == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(n)
+
+
 def _emit(tp, dp, pos, weight, use_q, generator, checks) -> torch.Tensor:
     """Sample the token after the kept prefix: from ``max(weight * p - q, 0)`` where ``use_q`` (a
-    rejection), else from ``p`` (bonus). ``pos`` [B] is the position per row."""
+    rejection), else from ``p`` (bonus). ``pos`` [B] is the position per row, ``weight`` [B] or None."""
     B = tp.shape[0]
     ar = torch.arange(B, device=tp.device)
-    p_rows = _to32(tp[ar, pos])  # [B, V]
-    if dp is None or not bool(use_q.any()):
+    with _one_thread():
+        p_rows = _to32(tp[ar, pos])  # [B, V] (a copy)
+        q_rows = None
+        if dp is not None and bool(use_q.any()):
+            # Rows that end in a bonus token do not read q (their position may even be padding).
+            q_rows = torch.where(use_q[:, None], _to32(dp[ar, pos.clamp(max=dp.shape[1] - 1)]), 0.0)
         if checks != "none":
-            _check_rows(p_rows, "target_probs", "sampled")
-        return sample_from_probs(p_rows, generator)
-    q_rows = _to32(dp[ar, pos.clamp(max=dp.shape[1] - 1)])  # [B, V]
-    if checks != "none":
-        _check_rows(p_rows, "target_probs", "sampled")
-        _check_rows(q_rows[use_q], "draft_probs", "residual")
-    w = torch.where(use_q, weight, torch.ones_like(weight))[:, None]
-    r = torch.addcmul(p_rows * w, q_rows, use_q.to(p_rows.dtype)[:, None], value=-1.0).clamp_(min=0.0)
-    # A residual of (numerically) zero mass only arises when w*p ~ q, where rejection itself has
-    # probability ~0; falling back to p avoids 0/0 at no measurable cost in exactness.
-    tiny = r.sum(-1) <= 16 * torch.finfo(r.dtype).eps
-    if bool(tiny.any()):
-        r = torch.where(tiny[:, None], p_rows, r)
-    return sample_from_probs(r, generator)
+            _check_rows(p_rows, None, "target_probs", "sampled")
+            if q_rows is not None:
+                _check_rows(q_rows, use_q, "draft_probs", "residual")
+        if q_rows is None:
+            r = p_rows.clamp(min=0.0)
+        else:
+            base = p_rows if weight is None else p_rows * torch.where(use_q, weight, 1.0)[:, None]
+            r = (base - q_rows).clamp_(min=0.0)
+        cdf = torch.cumsum(r, -1, dtype=torch.float64)  # [B, V]
+        # A residual of (numerically) zero mass only arises when w*p ~ q, where rejection itself has
+        # probability ~0; falling back to p avoids 0/0 at no measurable cost in exactness.
+        tiny = cdf[:, -1] <= 16 * torch.finfo(torch.float32).eps
+        if bool(tiny.any()):
+            cdf[tiny] = torch.cumsum(p_rows[tiny].clamp(min=0.0), -1, dtype=torch.float64)
+        return sample_from_cdf(cdf, generator)
 
 
 def verify(
@@ -295,26 +320,22 @@ def verify(
         a = token_accept_prob(p_x, q_safe) * valid
         accepted = ((u < a).long().cumprod(-1)).sum(-1)  # u in [0, 1): P(u < a) = a
         rejected = accepted < L
-        nxt = _emit(tp, dp, accepted, torch.ones(B, device=tp.device), rejected, generator, checks)
+        nxt = _emit(tp, dp, accepted, None, rejected, generator, checks)
         return Verdict(accepted, nxt, a)
 
     # method == "block"
     w = block_weights(torch.where(valid, p_x, torch.zeros_like(p_x)), q_safe)  # [B, K+1]
     if K > 1:
         P, Q = tp[:, 1:K], dp[:, 1:K]  # [B, K-1, V]
-        # Z = sum max(wp - q, 0) = (sum|q - wp| - sum(q - wp)) / 2: one elementwise pass + one reduction,
-        # and the plain row sums (needed anyway to validate) come from cheap matrix-vector products.
-        d = torch.addcmul(Q, w[:, 1:K, None], P, value=-1.0)  # [B, K-1, V] fp32 (type promotion)
-        abs_sum = torch.linalg.vector_norm(d, 1, dim=-1)
-        sp = _row_sums(tp)[:, 1:K]
-        sq = _row_sums(dp)[:, 1:K]
+        d = torch.addcmul(Q, w[:, 1:K, None], P, value=-1.0)  # q - w p, [B, K-1, V] fp32 (promotion)
+        z = -_row_sums(d.clamp_(max=0.0))  # Z_i = sum max(w p - q, 0); NaN/inf propagate into it
         if checks != "none":
             used = valid[:, 1:]  # positions 1..K-1 that are < L_b
-            _check_sums(sp, used, _tol(tp), "target_probs")
-            _check_sums(sq, used, _tol(dp), "draft_probs")
-            if not bool((torch.isfinite(abs_sum) | ~used).all()):
+            # Plain row sums come from cheap matrix-vector products (no extra elementwise pass).
+            _check_sums(_row_sums(tp)[:, 1:K], used, _tol(tp), "target_probs")
+            _check_sums(_row_sums(dp)[:, 1:K], used, _tol(dp), "draft_probs")
+            if not bool((torch.isfinite(z) | ~used).all()):
                 raise ValueError("target_probs/draft_probs: NaN or inf in a row the block rule reads")
-        z = ((abs_sum - (sq - w[:, 1:K] * sp)) * 0.5).clamp_(min=0.0)
     else:
         z = torch.zeros(B, 0, device=tp.device)
     h = block_accept_probs(w, z)  # [B, K], unragged
