@@ -70,7 +70,7 @@ class SlotCache:
         tokens = torch.where(tokens < self.n_embed, tokens, torch.zeros_like(tokens)).to(self.device)
         out = self.model(
             input_ids=tokens,
-            attention_mask=mask,
+            attention_mask=self._attention_mask(mask, s),
             position_ids=pos,
             cache=self.cache,
             use_cache=True,
@@ -80,6 +80,25 @@ class SlotCache:
         self.mask = mask
         self.n_real = self.n_real + valid.long().sum(1)
         return out.logits
+
+    def _attention_mask(self, mask: torch.Tensor, s: int) -> torch.Tensor:
+        """The 2-D slot mask, or for eager attention an equivalent additive 4-D mask `[B, 1, S, L]`.
+
+        A padding query with no real key before it (leading padding of a prompt) is a fully masked row.
+        sdpa copes, but eager attention softmaxes in fp32, so a float64 model's `finfo.min` becomes -inf
+        and the row turns NaN; its key/value at the next layer are then NaN, and `0 * NaN` poisons every
+        query that masks it out. Letting every query also see its own slot avoids fully masked rows and
+        changes nothing for real queries (they attend to themselves anyway).
+        """
+        if getattr(self.model.config, "_attn_implementation", None) != "eager":
+            return mask
+        total = mask.shape[1]
+        q = torch.arange(total - s, total, device=mask.device)[:, None]  # [S, 1] slot of each query
+        kv = torch.arange(total, device=mask.device)[None, :]  # [1, L]
+        allowed = (mask.bool()[:, None, :] & (kv <= q)) | (kv == q)  # [B, S, L]
+        dtype = self.model.dtype
+        return torch.zeros(allowed.shape, dtype=dtype, device=mask.device).masked_fill_(
+            ~allowed, torch.finfo(dtype).min)[:, None]
 
     def rollback(self, keep: torch.Tensor) -> None:
         """Keep only the slots flagged in `keep [B, S]` (bool) among the last S slots.

@@ -1,0 +1,181 @@
+"""Drafters: where the K candidate tokens of a speculative step come from.
+
+A drafter proposes, per row b, up to ``lengths[b]`` tokens with the distribution q they were drawn
+from. Exactness never depends on the drafter (verification corrects any q with q(x) > 0 for drafted x);
+only speed does. Two are provided:
+
+- :class:`DraftModelDrafter`: a small causal LM with its own batch KV cache (see :mod:`exactspec.cache`),
+  sampled with the same temperature/top-k/top-p transform as the target.
+- :class:`PromptLookupDrafter`: model-free n-gram lookup in the prompt + generated text; q is one-hot.
+
+Protocol (used by :class:`exactspec.decoding.SpeculativeGenerator`):
+``start(input_ids, attention_mask)``, ``propose(k [B], spec) -> Draft``,
+``update(accepted [B], next_token [B], draft)``, ``select_rows(rows)``, attribute ``forward_calls``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from exactspec.cache import SlotCache, left_pack
+from exactspec.sampling import probs_from_logits, sample_from_probs
+
+
+@dataclass
+class SamplingSpec:
+    """The token transform shared by target and draft, and the run's single source of randomness.
+
+    `vocab_size` is the target's lm-head width: every distribution handed to verification is mapped to
+    it (a wider draft head is truncated before the softmax, a narrower one is zero-padded), which keeps
+    verification exact because any q is allowed as long as drafted tokens have q(x) > 0.
+    """
+
+    greedy: bool
+    temperature: float
+    top_k: int
+    top_p: float
+    generator: torch.Generator
+    vocab_size: int
+
+    def probs(self, logits: torch.Tensor) -> torch.Tensor:
+        """`logits [..., V_model]` -> fp32 probabilities `[..., vocab_size]` after the transform."""
+        v = self.vocab_size
+        if logits.shape[-1] > v:
+            logits = logits[..., :v]
+        p = probs_from_logits(logits, temperature=0.0 if self.greedy else self.temperature,
+                              top_k=self.top_k, top_p=self.top_p)
+        if p.shape[-1] < v:
+            p = F.pad(p, (0, v - p.shape[-1]))
+        return p
+
+    def sample(self, probs: torch.Tensor) -> torch.Tensor:
+        """`probs [N, V]` -> `[N]` token ids (argmax when greedy, else inverse-CDF with the generator)."""
+        if self.greedy:
+            return probs.argmax(-1)
+        return sample_from_probs(probs, self.generator)
+
+
+@dataclass
+class Draft:
+    """One step's proposal. `tokens [B, K]` int64 (entries past `lengths[b]` are filler),
+    `probs [B, K, V]` fp32 or None for one-hot q, `lengths [B]` int64."""
+
+    tokens: torch.Tensor
+    probs: torch.Tensor | None
+    lengths: torch.Tensor
+
+
+class DraftModelDrafter:
+    """Drafts autoregressively with a small causal LM that keeps its own batch KV cache.
+
+    The draft lags the emitted text by one or two tokens ("pending"): the bonus token of the last step,
+    preceded by the last draft token when all K were accepted (it was sampled but never fed). The
+    first draft forward of a step feeds those pending tokens, left-packed so that the last slot is real
+    for every row.
+    """
+
+    def __init__(self, model):
+        self.model = model
+        self.forward_calls = 0
+        self.max_draft = None  # no limit of its own
+
+    def start(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
+        """Prefill on the prompt `[B, P]` minus its last token (which becomes pending)."""
+        self.state = SlotCache(self.model)
+        if input_ids.shape[1] > 1:
+            self.state.forward(input_ids[:, :-1], attention_mask[:, :-1].bool(), logits_to_keep=1)
+        self.pending = input_ids[:, -1:].to(self.state.device)  # [B, W]
+        self.pending_valid = torch.ones_like(self.pending, dtype=torch.bool)
+
+    def propose(self, k: torch.Tensor, spec: SamplingSpec) -> Draft:
+        b = k.shape[0]
+        big_k = int(k.max()) if b else 0
+        if big_k == 0:
+            return Draft(torch.zeros(b, 0, dtype=torch.long, device=k.device), None, k)
+        tokens, probs = [], []
+        inp, valid = self.pending, self.pending_valid
+        for _ in range(big_k):  # feeds pending, d_1 .. d_{K-1}; d_K is sampled but not fed
+            logits = self.state.forward(inp, valid, logits_to_keep=1)[:, -1]  # [B, V_draft]
+            self.forward_calls += 1
+            q = spec.probs(logits)  # [B, V]
+            d = spec.sample(q)  # [B]
+            tokens.append(d)
+            probs.append(q)
+            inp, valid = d[:, None], torch.ones(b, 1, dtype=torch.bool, device=d.device)
+        return Draft(torch.stack(tokens, 1), torch.stack(probs, 1), k)
+
+    def update(self, accepted: torch.Tensor, next_token: torch.Tensor, draft: Draft) -> None:
+        """Roll the draft cache back to the accepted prefix; the bonus token (and d_K) become pending."""
+        big_k = draft.tokens.shape[1]
+        nxt = next_token[:, None]
+        if big_k == 0:  # nothing was fed this step: the pending tokens are still pending
+            self.pending, self.pending_valid = left_pack(
+                torch.cat([self.pending, nxt], 1),
+                torch.cat([self.pending_valid, torch.ones_like(nxt, dtype=torch.bool)], 1))
+            return
+        j = torch.arange(1, big_k, device=accepted.device)[None, :]  # fed draft positions 1..K-1
+        self.state.rollback(torch.cat([self.pending_valid, j <= accepted[:, None]], 1))
+        all_accepted = (accepted == big_k)[:, None]
+        self.pending, self.pending_valid = left_pack(
+            torch.cat([draft.tokens[:, -1:], nxt], 1),
+            torch.cat([all_accepted, torch.ones_like(all_accepted)], 1))
+
+    def select_rows(self, rows: torch.Tensor) -> None:
+        self.state.select_rows(rows)
+        rows = rows.to(self.pending.device)
+        self.pending, self.pending_valid = left_pack(self.pending[rows], self.pending_valid[rows])
+
+
+class PromptLookupDrafter:
+    """Model-free drafting by n-gram lookup (Saxena 2023, "prompt lookup decoding").
+
+    For each row, the last n tokens (n = max_ngram down to min_ngram) are searched in the row's prompt +
+    generated tokens; at the earliest earlier occurrence, the tokens that followed it (up to `max_draft`)
+    are proposed with one-hot q, so verification accepts token x with probability p(x) and stays exact.
+    A row with no match drafts 0 tokens (a plain target step).
+    """
+
+    def __init__(self, max_ngram: int = 3, max_draft: int = 10, min_ngram: int = 1):
+        for name, v in (("max_ngram", max_ngram), ("max_draft", max_draft), ("min_ngram", min_ngram)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+        if min_ngram > max_ngram:
+            raise ValueError(f"min_ngram ({min_ngram}) must be <= max_ngram ({max_ngram})")
+        self.max_ngram, self.min_ngram, self.max_draft = max_ngram, min_ngram, max_draft
+        self.forward_calls = 0
+
+    def start(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
+        self.history = [row[m.bool()].tolist() for row, m in zip(input_ids.cpu(), attention_mask.cpu())]
+
+    def lookup(self, hist: list[int], k: int) -> list[int]:
+        """Continuation (<= k tokens) of the earliest earlier occurrence of the longest matching suffix."""
+        if k <= 0:
+            return []
+        t = torch.tensor(hist)
+        for n in range(min(self.max_ngram, len(hist) - 1), self.min_ngram - 1, -1):
+            windows = t[:-1].unfold(0, n, 1)  # starts 0..len-n-1: every match has >= 1 token after it
+            hits = (windows == t[-n:]).all(1).nonzero()
+            if hits.numel():
+                start = int(hits[0]) + n
+                return hist[start:start + k]
+        return []
+
+    def propose(self, k: torch.Tensor, spec: SamplingSpec) -> Draft:
+        conts = [self.lookup(h, int(kb)) for h, kb in zip(self.history, k.tolist())]
+        big_k = max((len(c) for c in conts), default=0)
+        tokens = torch.zeros(len(conts), big_k, dtype=torch.long)
+        for i, c in enumerate(conts):
+            tokens[i, :len(c)] = torch.tensor(c, dtype=torch.long)
+        lengths = torch.tensor([len(c) for c in conts], dtype=torch.long)
+        return Draft(tokens.to(k.device), None, lengths.to(k.device))
+
+    def update(self, accepted: torch.Tensor, next_token: torch.Tensor, draft: Draft) -> None:
+        toks = draft.tokens.tolist()
+        for h, row, n, x in zip(self.history, toks, accepted.tolist(), next_token.tolist()):
+            h.extend(row[:n])
+            h.append(x)
+
+    def select_rows(self, rows: torch.Tensor) -> None:
+        self.history = [self.history[i] for i in rows.tolist()]

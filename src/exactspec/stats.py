@@ -1,0 +1,116 @@
+"""Statistics of one speculative generation run (returned with the output, never printed).
+
+Two conventions for "accepted length" exist in the wild: vLLM reports accepted *draft* tokens per step,
+gpt-fast (and the Leviathan paper's E[tokens]) counts the bonus/corrected token too. Both are reported,
+named so they cannot be confused:
+
+- ``mean_accepted_per_step``:  accepted draft tokens per row-step (without the bonus token).
+- ``mean_tokens_per_step``:    tokens emitted per row-step (accepted + the corrected/bonus token).
+
+A *row-step* is one row taking part in one target call; with batch size 1 it is one target call.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+
+@dataclass
+class GenerationStats:
+    """Counts and timings of a run. All times in seconds.
+
+    Attributes:
+        target_calls: target forward passes that verified drafts (the prefill is not counted).
+        draft_calls: draft-model forward passes (0 for model-free drafters; prefill not counted).
+        row_steps: sum over target calls of the rows taking part.
+        drafted_tokens / accepted_tokens: draft tokens proposed / accepted by verification.
+        new_tokens: tokens written to the output (after EOS truncation), summed over rows.
+        position_drafted[i] / position_accepted[i]: row-steps in which draft position i+1 was reached
+            (proposed, with all earlier positions accepted) / accepted.
+        gamma_history: gamma used at each step (constant unless gamma="auto").
+    """
+
+    target_calls: int = 0
+    draft_calls: int = 0
+    row_steps: int = 0
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
+    new_tokens: int = 0
+    position_drafted: list[int] = field(default_factory=list)
+    position_accepted: list[int] = field(default_factory=list)
+    gamma_history: list[int] = field(default_factory=list)
+    prefill_time: float = 0.0
+    draft_time: float = 0.0
+    target_time: float = 0.0
+    verify_time: float = 0.0
+    total_time: float = 0.0
+
+    # ------------------------------------------------------------------------------ derived
+    @property
+    def acceptance_rate(self) -> float:
+        """Accepted / drafted tokens (0 when nothing was drafted)."""
+        return self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else 0.0
+
+    @property
+    def per_position_acceptance(self) -> list[float]:
+        """alpha_i = P(position i accepted | positions < i accepted), estimated from counts."""
+        return [a / d if d else 0.0 for a, d in zip(self.position_accepted, self.position_drafted)]
+
+    @property
+    def mean_accepted_per_step(self) -> float:
+        """Accepted draft tokens per row-step, WITHOUT the bonus/corrected token (vLLM convention)."""
+        return self.accepted_tokens / self.row_steps if self.row_steps else 0.0
+
+    @property
+    def mean_tokens_per_step(self) -> float:
+        """Tokens emitted per row-step, WITH the bonus/corrected token (gpt-fast / paper convention)."""
+        return self.new_tokens / self.row_steps if self.row_steps else 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.new_tokens / self.total_time if self.total_time > 0 else 0.0
+
+    def to_dict(self) -> dict:
+        """Plain-JSON form with the derived quantities included."""
+        d = asdict(self)
+        for name in ("acceptance_rate", "per_position_acceptance", "mean_accepted_per_step",
+                     "mean_tokens_per_step", "tokens_per_second"):
+            d[name] = getattr(self, name)
+        return d
+
+    # ------------------------------------------------------------------------------ updating
+    def record_step(self, draft_lengths: torch.Tensor, accepted: torch.Tensor) -> None:
+        """Count one verification: `draft_lengths [B]`, `accepted [B]` (int64) for the rows taking part."""
+        self.target_calls += 1
+        self.row_steps += int(draft_lengths.numel())
+        self.drafted_tokens += int(draft_lengths.sum())
+        self.accepted_tokens += int(accepted.sum())
+        k = int(draft_lengths.max()) if draft_lengths.numel() else 0
+        if k == 0:
+            return
+        pos = torch.arange(1, k + 1, device=accepted.device)[None, :]  # [1, K]
+        # Position i is reached when it was drafted and all earlier ones were accepted.
+        reached = (pos <= draft_lengths[:, None]) & (pos <= accepted[:, None] + 1)
+        acc = pos <= accepted[:, None]
+        while len(self.position_drafted) < k:
+            self.position_drafted.append(0)
+            self.position_accepted.append(0)
+        for i, (r, a) in enumerate(zip(reached.sum(0).tolist(), acc.sum(0).tolist())):
+            self.position_drafted[i] += int(r)
+            self.position_accepted[i] += int(a)
+
+    def smoothed_alphas(self, max_gamma: int, prior_weight: float = 2.0) -> list[float]:
+        """Per-position acceptance estimates for positions 1..max_gamma, for choosing gamma.
+
+        Each position's rate is shrunk towards the pooled rate (itself a Laplace estimate) with
+        `prior_weight` pseudo-observations, so positions never reached (beyond the current gamma) get
+        the pooled rate instead of no estimate, and a few lucky steps do not swing gamma.
+        """
+        pooled = (sum(self.position_accepted) + 1.0) / (sum(self.position_drafted) + 2.0)
+        out = []
+        for i in range(max_gamma):
+            d = self.position_drafted[i] if i < len(self.position_drafted) else 0
+            a = self.position_accepted[i] if i < len(self.position_accepted) else 0
+            out.append((a + prior_weight * pooled) / (d + prior_weight))
+        return out
