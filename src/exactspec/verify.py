@@ -11,6 +11,8 @@ checks that the output equals the target distribution exactly. Keep the two in l
 """
 from __future__ import annotations
 
+import sys
+import types
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -346,3 +348,15 @@ def verify(
     rejected = tau < L
     nxt = _emit(tp, dp, tau, w[ar, tau], rejected, generator, checks)
     return Verdict(tau, nxt, h)
+
+
+class _CallableModule(types.ModuleType):
+    """`exactspec.verify` names both this module and the function: importing the submodule (as
+    `exactspec.exact` does) rebinds the package attribute to the module, so the module forwards calls to
+    the function and `from exactspec import verify; verify(...)` works whatever the import order."""
+
+    def __call__(self, *args, **kwargs):
+        return verify(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -1,0 +1,132 @@
+"""Exact enumeration: every verification rule and candidate scheme outputs the target distribution
+(to 1e-9) for prefix-dependent target/draft distributions; block verification keeps >= as many tokens as
+token verification in expectation. The enumeration uses the rules' own formula functions."""
+import hashlib
+
+import pytest
+import torch
+
+from exactspec import exact
+from exactspec.verify import block_accept_probs, block_weights, residual, token_accept_prob
+
+
+def prefix_dist(V, seed, sharp=2.0, zeros=False):
+    """A deterministic, prefix-dependent distribution over V tokens (float64)."""
+    def dist(prefix):
+        h = int(hashlib.sha256(repr((seed, prefix)).encode()).hexdigest()[:8], 16)
+        g = torch.Generator().manual_seed(h)
+        logits = torch.randn(V, generator=g, dtype=torch.float64) * sharp
+        if zeros:  # some tokens impossible under this distribution
+            logits[torch.rand(V, generator=g) < 0.3] = float("-inf")
+            logits[h % V] = 0.0 if torch.isinf(logits[h % V]) else logits[h % V]
+        return torch.softmax(logits, -1)
+    return dist
+
+
+CASES = [(3, 1, 0), (3, 2, 1), (4, 2, 2), (3, 3, 3), (5, 2, 4), (4, 3, 5)]
+
+
+@pytest.mark.parametrize("method", ["token", "block"])
+@pytest.mark.parametrize("V,K,seed", CASES)
+def test_rule_output_equals_target(method, V, K, seed):
+    p, q = prefix_dist(V, 10 * seed + 1), prefix_dist(V, 10 * seed + 2)
+    got = exact.rule_distribution(p, q, K, method)
+    want = exact.target_distribution(p, K + 1)
+    assert abs(sum(got.values()) - 1) < 1e-12
+    assert exact.max_abs_diff(got, want) < 1e-9
+
+
+@pytest.mark.parametrize("method", ["token", "block"])
+def test_rule_exact_with_zero_probability_tokens(method):
+    p, q = prefix_dist(4, 7, zeros=True), prefix_dist(4, 8, zeros=True)
+    got = exact.rule_distribution(p, q, 3, method)
+    assert exact.max_abs_diff(got, exact.target_distribution(p, 4)) < 1e-9
+
+
+@pytest.mark.parametrize("method", ["token", "block"])
+def test_rule_exact_when_draft_equals_target(method):
+    p = prefix_dist(3, 9)
+    got = exact.rule_distribution(p, p, 2, method)
+    assert exact.max_abs_diff(got, exact.target_distribution(p, 3)) < 1e-9
+    assert exact.expected_accepted(p, p, 2, method) == pytest.approx(2.0, abs=1e-12)
+
+
+def test_enumeration_detects_a_wrong_rule(monkeypatch):
+    """The check has power: stopping block verification at the first failed coin (instead of the last
+    success) or forgetting the weight in its residual breaks exactness, and the enumeration sees it."""
+    p, q = prefix_dist(3, 11), prefix_dist(3, 12)
+    want = exact.target_distribution(p, 3)
+    # (a) tau = first failure instead of last success
+    def first_failure(h):
+        out, keep = [], torch.ones_like(h[..., :1])
+        for i in range(h.shape[-1]):
+            out.append(keep * (1 - h[..., i : i + 1]))
+            keep = keep * h[..., i : i + 1]
+        return torch.cat(out + [keep], -1)
+    monkeypatch.setattr(exact, "block_tau_probs", first_failure)
+    assert exact.max_abs_diff(exact.rule_distribution(p, q, 2, "block"), want) > 1e-4
+    monkeypatch.undo()
+    # (b) unweighted residual in the token rule's place inside block
+    monkeypatch.setattr(exact, "residual", lambda a, b, w=1.0: residual(a, b))
+    assert exact.max_abs_diff(exact.rule_distribution(p, q, 2, "block"), want) > 1e-4
+
+
+@pytest.mark.parametrize("scheme", ["iid", "without_replacement", "deterministic"])
+@pytest.mark.parametrize("V,n,seed", [(3, 1, 0), (3, 2, 1), (4, 3, 2), (5, 2, 3), (4, 4, 4)])
+def test_candidate_scheme_output_equals_target(scheme, V, n, seed):
+    p, q = prefix_dist(V, 100 + seed)(()), prefix_dist(V, 200 + seed)(())
+    got = exact.candidates_distribution(p, q, n, scheme)
+    assert float(got.sum()) == pytest.approx(1.0, abs=1e-12)
+    assert float((got - p).abs().max()) < 1e-9
+
+
+def test_candidate_enumeration_detects_wrong_scheme():
+    """Treating without-replacement candidates as i.i.d. (the wrong q_s) is not exact."""
+    p = torch.tensor([0.4, 0.3, 0.2, 0.1], dtype=torch.float64)
+    q = torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=torch.float64)
+    out = torch.zeros(4, dtype=torch.float64)
+    for c, pc in exact._candidate_draws(q, 3, "without_replacement"):
+        for s, pr, R in exact._mrrs_outcomes(p, q, c, "iid"):
+            if s < 0:
+                out += pc * pr * R
+            else:
+                out[c[s]] += pc * pr
+    assert float((out - p).abs().max()) > 1e-3
+
+
+@pytest.mark.parametrize("scheme", ["iid", "without_replacement", "deterministic"])
+@pytest.mark.parametrize("parents", [[-1, -1, 0, 1], [-1, 0, 0, 1], [-1, -1, -1, 0]])
+def test_tree_walker_output_equals_target(scheme, parents):
+    p, q = prefix_dist(3, 31), prefix_dist(3, 32)
+    depth = exact.TokenTree(parents, [0] * len(parents)).depth()
+    got = exact.tree_distribution(p, q, parents, scheme)
+    assert exact.max_abs_diff(got, exact.target_distribution(p, depth + 1)) < 1e-9
+
+
+def test_block_expected_accepted_at_least_token_on_random_instances():
+    strictly = 0
+    for seed in range(25):
+        V, K = 3 + seed % 3, 1 + seed % 3
+        p, q = prefix_dist(V, 1000 + seed, sharp=1.5), prefix_dist(V, 2000 + seed, sharp=1.5)
+        tok = exact.expected_accepted(p, q, K, "token")
+        blk = exact.expected_accepted(p, q, K, "block")
+        assert blk >= tok - 1e-12
+        strictly += blk > tok + 1e-9
+    assert strictly >= 10  # block is not just equal to token
+
+
+def test_paper_two_token_example():
+    """Sun et al. 2024 motivating example: context-free p = (1/3, 2/3), q = (2/3, 1/3) over {a, b}, K = 2:
+    token verification keeps 10/9 tokens in expectation, block verification 11/9."""
+    p = lambda prefix: torch.tensor([1 / 3, 2 / 3], dtype=torch.float64)
+    q = lambda prefix: torch.tensor([2 / 3, 1 / 3], dtype=torch.float64)
+    assert exact.expected_accepted(p, q, 2, "token") == pytest.approx(10 / 9, abs=1e-12)
+    assert exact.expected_accepted(p, q, 2, "block") == pytest.approx(11 / 9, abs=1e-12)
+
+
+def test_formula_functions_basic_values():
+    assert token_accept_prob(torch.tensor(0.3), torch.tensor(0.5)) == pytest.approx(0.6)
+    w = block_weights(torch.tensor([0.3, 0.9]), torch.tensor([0.5, 0.3]))
+    assert w.tolist() == pytest.approx([1.0, 0.6, 1.0])
+    h = block_accept_probs(w, torch.tensor([0.0]))
+    assert h.tolist() == pytest.approx([0.0, 1.0])
