@@ -1,0 +1,185 @@
+"""`exactspec generate`: speculative generation from the command line, streamed and coloured.
+
+Thin: loads models offline (`local_files_only=True`), calls `SpeculativeGenerator.stream`, and renders.
+Accepted draft tokens are shown in green; tokens the target produced itself (corrections and bonus
+tokens) in the default colour. Statistics follow as a table, or everything as one JSON object (--json).
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "generate",
+        help="generate text with exact speculative decoding",
+        description="Generate with exact speculative decoding (output distributed exactly as the target's "
+                    "own sampling). Without --target/--draft the shipped demo pair is used. Models are "
+                    "loaded from local paths or the local Hugging Face cache only; nothing is downloaded.",
+    )
+    p.add_argument("prompts", nargs="+", metavar="PROMPT", help="prompt text (several prompts form a batch)")
+    p.add_argument("--target", metavar="PATH_OR_ID", help="target model (default: the demo pair's target)")
+    p.add_argument("--draft", metavar="PATH_OR_ID", help="draft model sharing the target's tokenizer")
+    p.add_argument("--prompt-lookup", action="store_true", help="draft by n-gram prompt lookup (no draft model)")
+    p.add_argument("--gamma", default="4", help="draft tokens per step, or 'auto' (default 4)")
+    p.add_argument("--method", default="token", choices=("token", "block", "greedy"),
+                   help="verification rule (default token)")
+    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature; 0 = greedy")
+    p.add_argument("--top-k", type=int, default=0, help="top-k filter (0 = off)")
+    p.add_argument("--top-p", type=float, default=1.0, help="top-p filter (1 = off)")
+    p.add_argument("--max-new-tokens", type=int, default=64, help="new tokens per prompt (default 64)")
+    p.add_argument("--seed", type=int, default=None, help="seed for reproducible sampling")
+    p.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    p.add_argument("--json", action="store_true", help="print one JSON object (texts + stats) instead")
+    p.set_defaults(func=run)
+
+
+def _gamma(text: str):
+    if text == "auto":
+        return "auto"
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"--gamma must be an integer >= 1 or 'auto', got {text!r}") from None
+
+
+def load_models(args):
+    """(target, draft or None, tokenizer) for the parsed arguments, offline only."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    from exactspec.decoding import SpeculativeGenerator
+
+    hf_logging.disable_progress_bar()  # stderr stays for errors
+    if args.prompt_lookup and args.draft:
+        raise ValueError("--prompt-lookup and --draft exclude each other")
+    if args.target is None:
+        if args.draft is not None:
+            raise ValueError("--draft needs --target (or give neither for the demo pair)")
+        from exactspec.demo import load_demo_pair
+
+        target, draft, tok = load_demo_pair(device=args.device)
+        return target, (None if args.prompt_lookup else draft), tok
+    if args.draft is None and not args.prompt_lookup:
+        raise ValueError("--target needs --draft or --prompt-lookup")
+
+    def load(path):
+        try:
+            return AutoModelForCausalLM.from_pretrained(path, local_files_only=True).to(args.device).eval()
+        except OSError as exc:  # missing path / not in the local cache: a usage error, not a crash
+            raise ValueError(f"cannot load model {path!r} offline: {exc}") from exc
+
+    tok = AutoTokenizer.from_pretrained(args.target, local_files_only=True)
+    target = load(args.target)
+    draft = None
+    if args.draft:
+        SpeculativeGenerator.check_tokenizers(tok, AutoTokenizer.from_pretrained(args.draft, local_files_only=True))
+        draft = load(args.draft)
+    return target, draft, tok
+
+
+def _styled_pieces(tok, ids: list[int], flags: list[bool], prefix_len: int = 0):
+    """Split the decoded text of `ids` into (piece, from_draft) by decoding growing prefixes, so that
+    multi-byte characters split across tokens come out whole."""
+    out, prev = [], tok.decode(ids[:prefix_len], skip_special_tokens=True)
+    for i in range(prefix_len, len(ids)):
+        text = tok.decode(ids[: i + 1], skip_special_tokens=True)
+        if text.startswith(prev):
+            out.append((text[len(prev):], flags[i]))
+            prev = text
+    return out
+
+
+def stats_table(stats):
+    """A rich Table of the run's statistics."""
+    from rich.table import Table
+
+    t = Table(title="speculative decoding statistics", show_header=False)
+    t.add_column("quantity")
+    t.add_column("value", justify="right")
+    rows = [
+        ("target calls", f"{stats.target_calls}"),
+        ("draft forward passes", f"{stats.draft_calls}"),
+        ("drafted / accepted tokens", f"{stats.drafted_tokens} / {stats.accepted_tokens}"),
+        ("acceptance rate", f"{stats.acceptance_rate:.3f}"),
+        ("per-position acceptance", " ".join(f"{a:.2f}" for a in stats.per_position_acceptance) or "-"),
+        ("accepted draft tokens / step (no bonus)", f"{stats.mean_accepted_per_step:.3f}"),
+        ("tokens / step (with bonus)", f"{stats.mean_tokens_per_step:.3f}"),
+        ("gamma used", " ".join(str(g) for g in sorted(set(stats.gamma_history))) or "-"),
+        ("new tokens", f"{stats.new_tokens}"),
+        ("time: prefill / draft / target / verify",
+         f"{stats.prefill_time:.3f} / {stats.draft_time:.3f} / {stats.target_time:.3f} / "
+         f"{stats.verify_time:.3f} s"),
+        ("tokens / second", f"{stats.tokens_per_second:.1f}"),
+    ]
+    for r in rows:
+        t.add_row(*r)
+    return t
+
+
+def run(args) -> int:
+    from rich.console import Console
+    from rich.text import Text
+
+    from exactspec.decoding import SpeculativeGenerator
+
+    gamma = _gamma(args.gamma)
+    if args.max_new_tokens < 0:
+        raise ValueError(f"--max-new-tokens must be >= 0, got {args.max_new_tokens}")
+    target, draft, tok = load_models(args)
+    gen = SpeculativeGenerator(target, draft) if draft is not None else \
+        SpeculativeGenerator(target, drafter="prompt_lookup")
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token if tok.eos_token is not None else tok.convert_ids_to_tokens(0)
+    tok.padding_side = "left"
+    enc = tok(args.prompts, return_tensors="pt", padding=True)
+    if enc["input_ids"].shape[1] == 0:
+        raise ValueError("PROMPT is empty after tokenization")
+    stream = gen.stream(enc["input_ids"], enc["attention_mask"], max_new_tokens=args.max_new_tokens,
+                        do_sample=args.temperature > 0, temperature=args.temperature, top_k=args.top_k,
+                        top_p=args.top_p, gamma=gamma, method=args.method,
+                        eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, seed=args.seed)
+    console = Console(highlight=False)
+    single = len(args.prompts) == 1 and not args.json
+    ids = [[] for _ in args.prompts]
+    flags = [[] for _ in args.prompts]
+    if single:
+        console.print(Text(args.prompts[0], style="bold"), end="")
+    for step in stream:  # stream live for one prompt; batches are printed whole at the end
+        for row, toks, fd in zip(step.rows, step.tokens, step.from_draft):
+            n0 = len(ids[row])
+            ids[row] += toks
+            flags[row] += fd
+            if single:
+                for piece, d in _styled_pieces(tok, ids[row], flags[row], n0):
+                    console.print(Text(piece, style="green" if d else ""), end="")
+    out = stream.output
+    texts = [tok.decode(i, skip_special_tokens=True) for i in ids]
+    if args.json:
+        print(json.dumps({"text": texts[0] if len(texts) == 1 else None, "texts": texts,
+                          "prompts": args.prompts, "token_ids": ids, "from_draft": flags,
+                          "stats": out.stats.to_dict(),
+                          "config": {"gamma": args.gamma, "method": args.method, "temperature": args.temperature,
+                                     "top_k": args.top_k, "top_p": args.top_p, "seed": args.seed,
+                                     "max_new_tokens": args.max_new_tokens,
+                                     "drafter": "prompt_lookup" if draft is None else "model"}}))
+        return 0
+    if single:
+        console.print()
+    else:
+        for prompt, i, f in zip(args.prompts, ids, flags):
+            line = Text(prompt, style="bold")
+            for piece, d in _styled_pieces(tok, i, f):
+                line.append(piece, style="green" if d else "")
+            console.print(line)
+            console.print()
+    console.print(Text("green", style="green"), Text("= accepted draft tokens"))
+    console.print(stats_table(out.stats))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    from exactspec.cli import main
+
+    sys.exit(main(["generate", *sys.argv[1:]]))
