@@ -92,6 +92,12 @@ def verify_candidates(
     elif draft_probs.shape != (B, V):
         raise ValueError(f"draft_probs has shape {tuple(draft_probs.shape)}, expected [B, V] = [{B}, {V}]"
                          + (" (vocab mismatch)" if draft_probs.shape[-1] != V else ""))
+    if scheme == "without_replacement" and candidates.shape[1] > 1:
+        c = candidates
+        same = (c[:, :, None] == c[:, None, :]) & (c[:, :, None] >= 0)
+        same &= ~torch.eye(c.shape[1], dtype=torch.bool, device=c.device)
+        if bool(same.any()):
+            raise ValueError("candidates: a token repeats within a row under scheme='without_replacement'")
     R = _to32(target_probs).clone()
     if checks != "none":
         _check_rows(R, None, "target_probs", "candidate")
