@@ -1,0 +1,133 @@
+"""Seeds reproduce runs, gamma="auto" follows acceptance, statistics are consistent with the output,
+streaming yields what generate returns, and bad input fails with a clear error."""
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import torch
+
+from _spec_models import left_padded, noisy_copy, tiny_lm
+from exactspec import CostModel, SpeculativeGenerator
+from exactspec.drafters import PromptLookupDrafter
+
+PROMPTS = [[5, 9, 13, 5, 9], [7, 8, 11], [20, 21, 22, 20, 21, 22, 20]]
+_m: dict = {}
+
+
+def _models():
+    if not _m:
+        _m["t"] = tiny_lm("llama", seed=0)
+        _m["d"] = noisy_copy(_m["t"], 0.05, seed=1)
+    return _m["t"], _m["d"]
+
+
+@pytest.mark.parametrize("drafter", ["model", "prompt_lookup"])
+def test_seed_makes_sampling_reproducible(drafter):
+    target, draft = _models()
+    gen = SpeculativeGenerator(target, draft) if drafter == "model" else \
+        SpeculativeGenerator(target, drafter=PromptLookupDrafter(max_ngram=2, max_draft=5))
+    ids, mask = left_padded(PROMPTS)
+    kw = dict(max_new_tokens=16, temperature=1.5, eos_token_id=[], pad_token_id=0)
+    a = gen.generate(ids, mask, seed=11, **kw).sequences
+    b = gen.generate(ids, mask, seed=11, **kw).sequences
+    c = gen.generate(ids, mask, seed=12, **kw).sequences
+    assert torch.equal(a, b)
+    assert not torch.equal(a, c)
+
+
+def test_auto_gamma_grows_with_high_acceptance_and_shrinks_with_low():
+    target, _ = _models()
+    cheap = CostModel(t_draft=0.001, target_times={1: 0.010, 16: 0.012})
+    ids, mask = left_padded(PROMPTS)
+    kw = dict(max_new_tokens=40, do_sample=False, gamma="auto", eos_token_id=[], pad_token_id=0)
+    good = SpeculativeGenerator(target, copy.deepcopy(target), cost_model=cheap, max_gamma=8)
+    hist = good.generate(ids, mask, **kw).stats.gamma_history
+    assert hist[-1] == 8 and hist[0] < 8  # acceptance 1: gamma climbs to its maximum
+    bad_draft = tiny_lm("llama", seed=99, init=1.0)  # unrelated and peaked: almost never agrees
+    bad = SpeculativeGenerator(target, bad_draft, cost_model=cheap, max_gamma=8)
+    stats = bad.generate(ids, mask, **kw).stats
+    assert stats.acceptance_rate < 0.2
+    assert stats.gamma_history[-1] < stats.gamma_history[0]
+    assert stats.gamma_history[-1] <= 2
+
+
+def test_auto_gamma_measures_the_cost_model_once_per_pair():
+    target, draft = _models()
+    ids, mask = left_padded(PROMPTS[:1])
+    g1 = SpeculativeGenerator(target, draft)
+    g1.generate(ids, mask, max_new_tokens=3, gamma="auto", do_sample=False, eos_token_id=[])
+    g2 = SpeculativeGenerator(target, draft)
+    g2.generate(ids, mask, max_new_tokens=3, gamma="auto", do_sample=False, eos_token_id=[])
+    assert isinstance(g1.cost_model, CostModel) and g2.cost_model is g1.cost_model
+
+
+@pytest.mark.parametrize("method", ["token", "block"])
+def test_stats_and_stream_are_consistent_with_sequences(method):
+    target, draft = _models()
+    ids, mask = left_padded(PROMPTS)
+    gen = SpeculativeGenerator(target, draft)
+    stream = gen.stream(ids, mask, max_new_tokens=13, seed=5, gamma=3, method=method, eos_token_id=[],
+                        pad_token_id=0)
+    got = {r: [] for r in range(len(PROMPTS))}
+    flags = {r: [] for r in range(len(PROMPTS))}
+    for step in stream:
+        for row, toks, fd in zip(step.rows, step.tokens, step.from_draft):
+            got[row] += toks
+            flags[row] += fd
+    out, s = stream.output, stream.output.stats
+    new = out.sequences[:, ids.shape[1]:]
+    assert [got[r] for r in range(len(PROMPTS))] == new.tolist()
+    assert [flags[r] for r in range(len(PROMPTS))] == out.from_draft.tolist()
+    assert s.new_tokens == new.numel() == len(PROMPTS) * 13
+    assert 0 < s.accepted_tokens < s.drafted_tokens
+    assert sum(s.position_accepted) == s.accepted_tokens == int(out.from_draft.sum())
+    assert all(a <= d for a, d in zip(s.position_accepted, s.position_drafted))
+    assert s.target_calls == len(s.gamma_history)
+    assert s.draft_calls >= s.target_calls - 1
+    assert s.mean_tokens_per_step == pytest.approx(s.mean_accepted_per_step + 1.0)  # no EOS cuts here
+    assert s.row_steps * 1.0 == pytest.approx(s.new_tokens / s.mean_tokens_per_step)
+    assert min(s.draft_time, s.target_time, s.verify_time, s.total_time) > 0
+    assert s.total_time >= s.draft_time + s.target_time
+    json.dumps(s.to_dict())
+
+
+def test_bad_input_is_rejected_with_clear_errors():
+    target, draft = _models()
+    gen = SpeculativeGenerator(target, draft)
+    ids, mask = left_padded(PROMPTS)
+    kw = dict(max_new_tokens=4, eos_token_id=[])
+    with pytest.raises(ValueError, match="context"):
+        gen.generate(torch.randint(3, 60, (1, 120)), max_new_tokens=20)
+    with pytest.raises(ValueError, match="gamma"):
+        gen.generate(ids, mask, gamma=0, **kw)
+    with pytest.raises(ValueError, match="gamma"):
+        gen.generate(ids, mask, gamma="fast", **kw)
+    with pytest.raises(ValueError, match="method"):
+        gen.generate(ids, mask, method="tree", **kw)
+    with pytest.raises(ValueError, match="left-padded"):
+        gen.generate(ids, mask.flip(1), **kw)
+    with pytest.raises(ValueError, match="top_p"):
+        gen.generate(ids, mask, top_p=1.5, **kw)
+    with pytest.raises(ValueError, match="dtype"):
+        SpeculativeGenerator(target, draft.float())
+    with pytest.raises(TypeError, match="causal LM"):
+        SpeculativeGenerator(target, torch.nn.Linear(2, 2))
+    with pytest.raises(ValueError, match="drafter"):
+        SpeculativeGenerator(target, drafter="medusa")
+    with pytest.raises(ValueError, match="either"):
+        SpeculativeGenerator(target, draft, drafter="prompt_lookup")
+
+
+def test_check_tokenizers_compares_vocabularies():
+    class Tok:
+        def __init__(self, vocab):
+            self.vocab = vocab
+
+        def get_vocab(self):
+            return dict(self.vocab)
+
+    SpeculativeGenerator.check_tokenizers(Tok({"a": 0, "b": 1}), Tok({"b": 1, "a": 0}))
+    with pytest.raises(ValueError, match="differs"):
+        SpeculativeGenerator.check_tokenizers(Tok({"a": 0, "b": 1}), Tok({"a": 1, "b": 0}))
