@@ -1,0 +1,66 @@
+"""`exactspec generate` loads local models offline, streams coloured text, and reports statistics
+(a table, or one JSON object with --json); bad input exits with code 2 and a message."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+
+from _spec_models import noisy_copy, tiny_lm
+from exactspec.cli import main
+
+WORDS = ["<pad>", "<unk>", "<eos>"] + [f"w{i}" for i in range(61)]
+
+
+def _tokenizer(words):
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>",
+                                   eos_token="<eos>")
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    root = tmp_path_factory.mktemp("pair")
+    target = tiny_lm("llama", seed=0, dtype=torch.float32)
+    for name, model, words in (("target", target, WORDS), ("draft", noisy_copy(target, 0.05), WORDS),
+                               ("other", noisy_copy(target, 0.05), WORDS[:3] + WORDS[:2:-1])):
+        model.save_pretrained(root / name)
+        _tokenizer(words).save_pretrained(root / name)
+    return root
+
+
+def test_json_output_has_text_and_consistent_stats(pair, capsys):
+    rc = main(["generate", "--target", str(pair / "target"), "--draft", str(pair / "draft"), "--json",
+               "--max-new-tokens", "9", "--seed", "0", "--gamma", "3", "w5 w6 w7 w5 w6"])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    ids = out["token_ids"][0]
+    assert 1 <= len(ids) <= 9 and out["stats"]["new_tokens"] == len(ids)
+    assert out["text"] == out["texts"][0]
+    assert out["stats"]["accepted_tokens"] <= out["stats"]["drafted_tokens"]
+    assert "mean_accepted_per_step" in out["stats"] and "mean_tokens_per_step" in out["stats"]
+
+
+def test_streamed_text_and_table_with_prompt_lookup_and_batch(pair, capsys):
+    rc = main(["generate", "--target", str(pair / "target"), "--prompt-lookup", "--temperature", "0",
+               "--max-new-tokens", "6", "--gamma", "auto", "w5 w6 w7 w5 w6", "w9 w9"])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "w5 w6 w7 w5 w6" in text and "statistics" in text and "tokens / second" in text
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--gamma", "0"], "gamma"),
+    (["--method", "token", "--top-p", "2"], "top_p"),
+    (["--draft-other"], "differs"),
+])
+def test_bad_input_exits_2_with_message(pair, capsys, argv, message):
+    draft = str(pair / ("other" if argv == ["--draft-other"] else "draft"))
+    argv = [] if argv == ["--draft-other"] else argv
+    rc = main(["generate", "--target", str(pair / "target"), "--draft", draft, *argv, "w1 w2"])
+    assert rc == 2
+    assert message in capsys.readouterr().err
