@@ -41,6 +41,10 @@ _EXPORTS = {
     "SpeculativeGenerator": "decoding",
     "GenerationOutput": "decoding",
     "GenerationStats": "stats",
+    "StreamStep": "decoding",
+    "GenerationStream": "decoding",
+    "DraftModelDrafter": "drafters",
+    "PromptLookupDrafter": "drafters",
     "load_demo_pair": "demo",
 }
 
