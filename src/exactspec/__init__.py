@@ -23,6 +23,7 @@ _EXPORTS = {
     "sample_from_probs": "sampling",
     "verify": "verify",
     "Verdict": "verify",
+    "verify_logits": "verify",
     "verify_candidates": "candidates",
     "verify_tree": "candidates",
     "TokenTree": "candidates",

@@ -229,10 +229,12 @@ def verify_tree(
         raise ValueError(f"tree.tokens has {toks.shape[0]} rows, expected B = {B}")
     kids = tree.children()
     D = tree.depth()
-    node = torch.full((B,), -1, dtype=torch.long)
-    done = torch.zeros(B, dtype=torch.bool)
-    path = torch.full((B, D), -1, dtype=torch.long)
-    nxt = torch.zeros(B, dtype=torch.long)
+    dev = target_probs.device
+    toks = toks.to(dev)
+    node = torch.full((B,), -1, dtype=torch.long, device=dev)
+    done = torch.zeros(B, dtype=torch.bool, device=dev)
+    path = torch.full((B, D), -1, dtype=torch.long, device=dev)
+    nxt = torch.zeros(B, dtype=torch.long, device=dev)
     for depth in range(D + 1):
         for u in sorted(set(node[~done].tolist())):
             rows = ((node == u) & ~done).nonzero().squeeze(1)
@@ -241,7 +243,7 @@ def verify_tree(
                 nxt[rows] = sample_from_probs(_to32(target_probs[rows, u + 1]), generator)
                 done[rows] = True
                 continue
-            ch_t = torch.tensor(ch, dtype=torch.long)
+            ch_t = torch.tensor(ch, dtype=torch.long, device=dev)
             a, t = verify_candidates(
                 target_probs[rows, u + 1], None if draft_probs is None else draft_probs[rows, u + 1],
                 toks[rows][:, ch_t], scheme=scheme, generator=generator,

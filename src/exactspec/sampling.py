@@ -117,15 +117,46 @@ def sample_from_probs(
     """Draw one token per row by inverse CDF with exactly one uniform per row.
 
     Rows need not be normalised (the uniform is scaled by the row total), which lets callers sample a
-    residual ``max(p - q, 0)`` without dividing. The CDF is accumulated in float64 so that per-token
-    probabilities are not distorted by fp32 rounding over a 32k-token row. A token with probability 0 is
-    never returned. Rows must have positive total mass (the caller validates).
+    residual ``max(p - q, 0)`` without dividing. A token with probability 0 is never returned. Rows must
+    have positive total mass (the caller validates).
+
+    Large rows are searched in two levels: the uniform first picks a block of ``_BLOCK`` tokens from the
+    block sums (one vectorised reduction instead of a full-row cumulative sum), then a token inside that
+    block from the block's own cumulative sum (float64). Block sums are fp32 sums of 256 values, so
+    token probabilities are reproduced up to ~1e-7 relative.
     """
-    if probs.dim() < 1:
-        raise ValueError("probs must have shape [..., V]")
-    lead = probs.shape[:-1]
-    flat = probs.reshape(-1, probs.shape[-1])
-    return sample_from_cdf(torch.cumsum(flat, -1, dtype=torch.float64), generator).reshape(lead)
+    if probs.dim() < 1 or probs.shape[-1] < 1:
+        raise ValueError("probs must have shape [..., V] with V >= 1")
+    lead, V = probs.shape[:-1], probs.shape[-1]
+    flat = probs.reshape(-1, V)
+    if flat.shape[0] == 0:
+        return torch.zeros(lead, dtype=torch.long, device=probs.device)
+    if V <= 4 * _BLOCK:
+        return sample_from_cdf(torch.cumsum(flat, -1, dtype=torch.float64), generator).reshape(lead)
+    if flat.stride(-1) != 1:
+        flat = flat.contiguous()
+    N, nb_full = flat.shape[0], V // _BLOCK
+    bsum = flat.as_strided((N, nb_full, _BLOCK), (flat.stride(0), _BLOCK, 1)).sum(-1)  # [N, nb_full]
+    if V % _BLOCK:
+        bsum = torch.cat([bsum, flat[:, nb_full * _BLOCK :].sum(-1, keepdim=True)], 1)
+    bsum = bsum.double()
+    bcdf = bsum.cumsum(-1)  # [N, nb]
+    total = bcdf[:, -1:]
+    u = torch.rand(N, 1, generator=generator, dtype=torch.float64, device=flat.device) * total
+    # u < total strictly, so the first block whose CDF exceeds u has positive mass.
+    u = torch.minimum(u, total * (1.0 - 1e-12))
+    k = torch.searchsorted(bcdf, u, right=True).clamp_(max=bcdf.shape[1] - 1)  # [N, 1]
+    u_in = u - (bcdf.gather(1, k) - bsum.gather(1, k))  # position of u inside block k
+    cols = k * _BLOCK + torch.arange(_BLOCK, device=flat.device)  # [N, _BLOCK]
+    vals = flat.gather(1, cols.clamp(max=V - 1)).double() * (cols < V)
+    icdf = vals.cumsum(-1)
+    # Rounding between the fp32 block sum and this cumsum must not push u past the block's last token.
+    u_in = torch.minimum(u_in.clamp(min=0.0), icdf[:, -1:] * (1.0 - 1e-12))
+    j = torch.searchsorted(icdf, u_in, right=True).clamp_(max=_BLOCK - 1)
+    return (k * _BLOCK + j).squeeze(1).reshape(lead)
+
+
+_BLOCK = 256
 
 
 def sample_from_cdf(cdf: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -133,5 +164,6 @@ def sample_from_cdf(cdf: torch.Tensor, generator: torch.Generator | None = None)
     u = torch.rand(cdf.shape[0], 1, generator=generator, dtype=torch.float64, device=cdf.device)
     # right=True: first index whose CDF is > u * total; zero-probability tokens share their left
     # neighbour's CDF value and so can never be that first index.
-    idx = torch.searchsorted(cdf, u * cdf[:, -1:], right=True)
+    total = cdf[:, -1:]
+    idx = torch.searchsorted(cdf, torch.minimum(u * total, total * (1.0 - 1e-12)), right=True)
     return idx.clamp_(max=cdf.shape[-1] - 1).squeeze(1)

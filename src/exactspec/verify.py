@@ -18,10 +18,10 @@ from dataclasses import dataclass
 
 import torch
 
-from exactspec.sampling import sample_from_cdf, sample_from_probs
+from exactspec.sampling import sample_from_probs
 
 __all__ = [
-    "Verdict", "verify", "token_accept_prob", "residual", "block_weights", "block_accept_probs",
+    "Verdict", "verify", "verify_logits", "token_accept_prob", "residual", "block_weights", "block_accept_probs",
     "block_tau_probs", "METHODS",
 ]
 
@@ -108,9 +108,11 @@ def _tol(x: torch.Tensor) -> float:
     return 2e-2 if x.dtype in (torch.float16, torch.bfloat16) else 1e-3
 
 
-def _row_sums(x: torch.Tensor) -> torch.Tensor:  # [..., V] -> [...]
+def _row_sums(x: torch.Tensor) -> torch.Tensor:  # [..., V] -> [...] fp32
+    if x.dtype == torch.float32 and x.dim() == 2 and x.stride(-1) == 1:
+        # A matrix-vector product (BLAS, any row stride) is a much cheaper row reduction than .sum() here.
+        return torch.mv(x, torch.ones(x.shape[-1], dtype=x.dtype, device=x.device))
     if x.dtype == torch.float32 and x.is_contiguous():
-        # A matrix-vector product is a much cheaper full-row reduction than .sum() on CPU here.
         V = x.shape[-1]
         return torch.mv(x.view(-1, V), torch.ones(V, dtype=x.dtype, device=x.device)).view(x.shape[:-1])
     return x.sum(-1, dtype=torch.float32)
@@ -228,17 +230,24 @@ def _one_thread():
         torch.set_num_threads(n)
 
 
+def _rows(x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    """x[b, pos[b]] for x [B, S, V] -> [B, V] (a copy); index_select on the flat view is a plain memcpy."""
+    B, S, V = x.shape
+    if x.is_contiguous():
+        return x.view(B * S, V).index_select(0, torch.arange(B, device=x.device) * S + pos)
+    return x[torch.arange(B, device=x.device), pos]
+
+
 def _emit(tp, dp, pos, weight, use_q, generator, checks) -> torch.Tensor:
     """Sample the token after the kept prefix: from ``max(weight * p - q, 0)`` where ``use_q`` (a
     rejection), else from ``p`` (bonus). ``pos`` [B] is the position per row, ``weight`` [B] or None."""
-    B = tp.shape[0]
-    ar = torch.arange(B, device=tp.device)
     with _one_thread():
-        p_rows = _to32(tp[ar, pos])  # [B, V] (a copy)
+        p_rows = _to32(_rows(tp, pos))  # [B, V]
         q_rows = None
         if dp is not None and bool(use_q.any()):
+            q_rows = _to32(_rows(dp, pos.clamp(max=dp.shape[1] - 1)))
             # Rows that end in a bonus token do not read q (their position may even be padding).
-            q_rows = torch.where(use_q[:, None], _to32(dp[ar, pos.clamp(max=dp.shape[1] - 1)]), 0.0)
+            q_rows[~use_q] = 0.0
         if checks != "none":
             _check_rows(p_rows, None, "target_probs", "sampled")
             if q_rows is not None:
@@ -248,13 +257,37 @@ def _emit(tp, dp, pos, weight, use_q, generator, checks) -> torch.Tensor:
         else:
             base = p_rows if weight is None else p_rows * torch.where(use_q, weight, 1.0)[:, None]
             r = (base - q_rows).clamp_(min=0.0)
-        cdf = torch.cumsum(r, -1, dtype=torch.float64)  # [B, V]
-        # A residual of (numerically) zero mass only arises when w*p ~ q, where rejection itself has
-        # probability ~0; falling back to p avoids 0/0 at no measurable cost in exactness.
-        tiny = cdf[:, -1] <= 16 * torch.finfo(torch.float32).eps
-        if bool(tiny.any()):
-            cdf[tiny] = torch.cumsum(p_rows[tiny].clamp(min=0.0), -1, dtype=torch.float64)
-        return sample_from_cdf(cdf, generator)
+            # A residual of (numerically) zero mass only arises when w*p ~ q, where rejection itself has
+            # probability ~0; falling back to p avoids 0/0 at no measurable cost in exactness.
+            tiny = _row_sums(r) <= 16 * torch.finfo(torch.float32).eps
+            if bool(tiny.any()):
+                r[tiny] = p_rows[tiny].clamp(min=0.0)
+        return sample_from_probs(r, generator)
+
+
+def _block_masses(tp, dp, w, checks) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Z_i = sum_y max(w_i p_i(y) - q_i(y), 0) and the row sums of p_i, q_i, for i = 1..K-1: [B, K-1] each.
+
+    One position at a time on one thread: the [B, V] temporary stays in cache and each position's rows
+    are summed (for validation) while still cached, so p and q are streamed from memory once. The work
+    is memory-bound, so a second thread buys little, and its fork/join costs a scheduler slice per op
+    when the machine is shared.
+    """
+    B, K1, V = tp.shape
+    K = K1 - 1
+    dev = tp.device
+    z = torch.empty(B, K - 1, device=dev)
+    sp, sq = torch.ones(B, K - 1, device=dev), torch.ones(B, K - 1, device=dev)
+    buf = torch.empty(B, V, device=dev)
+    with _one_thread():
+        for i in range(1, K):
+            P, Q = tp[:, i], dp[:, i]  # [B, V] strided views, no copy
+            torch.addcmul(Q, w[:, i : i + 1], P, value=-1.0, out=buf)  # q - w p (fp32 by promotion)
+            if checks != "none":
+                sp[:, i - 1] = _row_sums(P)
+                sq[:, i - 1] = _row_sums(Q)
+            z[:, i - 1] = -_row_sums(buf.clamp_(max=0.0))  # NaN / inf propagate into Z
+    return z, sp, sq
 
 
 def verify(
@@ -328,14 +361,11 @@ def verify(
     # method == "block"
     w = block_weights(torch.where(valid, p_x, torch.zeros_like(p_x)), q_safe)  # [B, K+1]
     if K > 1:
-        P, Q = tp[:, 1:K], dp[:, 1:K]  # [B, K-1, V]
-        d = torch.addcmul(Q, w[:, 1:K, None], P, value=-1.0)  # q - w p, [B, K-1, V] fp32 (promotion)
-        z = -_row_sums(d.clamp_(max=0.0))  # Z_i = sum max(w p - q, 0); NaN/inf propagate into it
+        z, sp, sq = _block_masses(tp, dp, w, checks)
         if checks != "none":
             used = valid[:, 1:]  # positions 1..K-1 that are < L_b
-            # Plain row sums come from cheap matrix-vector products (no extra elementwise pass).
-            _check_sums(_row_sums(tp)[:, 1:K], used, _tol(tp), "target_probs")
-            _check_sums(_row_sums(dp)[:, 1:K], used, _tol(dp), "draft_probs")
+            _check_sums(sp, used, _tol(tp), "target_probs")
+            _check_sums(sq, used, _tol(dp), "draft_probs")
             if not bool((torch.isfinite(z) | ~used).all()):
                 raise ValueError("target_probs/draft_probs: NaN or inf in a row the block rule reads")
     else:
@@ -348,6 +378,77 @@ def verify(
     rejected = tau < L
     nxt = _emit(tp, dp, tau, w[ar, tau], rejected, generator, checks)
     return Verdict(tau, nxt, h)
+
+
+def verify_logits(
+    target_logits: torch.Tensor,  # [B, K+1, V]
+    draft_logits: torch.Tensor | None,  # [B, K, V]
+    draft_tokens: torch.Tensor,  # [B, K] int64
+    *,
+    method: str = "token",
+    draft_lengths: torch.Tensor | None = None,  # [B]
+    generator: torch.Generator | None = None,
+    checks: str = "rule",
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    min_p: float = 0.0,
+) -> Verdict:
+    """:func:`verify` starting from logits: both sides go through the same
+    :func:`~exactspec.sampling.probs_from_logits` transform (the draft tokens must have been drawn from
+    ``probs_from_logits(draft_logits, same settings)``).
+
+    For ``method="token"`` probabilities are computed lazily, position by position, only for the rows
+    still accepting (the token rule never reads a position after its first rejection): on a typical
+    draft this skips most of the softmax work. Same distribution of outcomes as ``verify`` on the full
+    probabilities. "block" and "greedy" read every position, so they compute everything and call
+    :func:`verify`.
+    """
+    from exactspec.sampling import probs_from_logits
+
+    def probs(x):
+        return probs_from_logits(x, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
+
+    if method != "token":
+        if method not in METHODS:
+            raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+        dp = None if draft_logits is None else probs(draft_logits)
+        return verify(probs(target_logits), dp, draft_tokens, method=method, draft_lengths=draft_lengths,
+                      generator=generator, checks=checks)
+    tl, dl = target_logits, draft_logits
+    B, K, V, L, valid = _validate_shapes(tl, dl, draft_tokens, draft_lengths, method, checks)
+    dev = tl.device
+    tok = draft_tokens.long().masked_fill(~valid, 0)
+    u = torch.rand(B, K, generator=generator, device=dev)  # same draws as verify()
+    a_all = torch.zeros(B, K, device=dev)
+    accepted = torch.zeros(B, dtype=torch.long, device=dev)
+    active = torch.ones(B, dtype=torch.bool, device=dev)
+    r = torch.empty(B, V, device=dev)  # the row each batch row finally samples from
+    for i in range(K):
+        rows = (active & valid[:, i]).nonzero().squeeze(1)
+        if rows.numel() == 0:
+            break
+        P, Q = probs(tl[rows, i]), probs(dl[rows, i])  # [n, V] only where position i is read
+        x = tok[rows, i : i + 1]
+        p_x, q_x = P.gather(1, x).squeeze(1), Q.gather(1, x).squeeze(1)
+        if checks != "none" and bool((q_x <= 0).any()):
+            b = int(rows[(q_x <= 0).nonzero()[0]])
+            raise ValueError(f"draft_logits: drafted token at row {b}, position {i} has draft probability 0 "
+                             "after the sampling transform (it cannot have been drawn from it)")
+        a = token_accept_prob(p_x, q_x.clamp(min=torch.finfo(q_x.dtype).tiny))
+        a_all[rows, i] = a
+        ok = u[rows, i] < a
+        accepted[rows[ok]] += 1
+        rej = ~ok
+        if bool(rej.any()):
+            res = residual(P[rej], Q[rej])
+            tiny = res.sum(-1) <= 16 * torch.finfo(res.dtype).eps
+            r[rows[rej]] = torch.where(tiny[:, None], P[rej], res)
+            active[rows[rej]] = False
+    done = active.nonzero().squeeze(1)  # everything kept: bonus token at position L_b
+    if done.numel():
+        r[done] = probs(tl[done, L[done]])
+    return Verdict(accepted, sample_from_probs(r, generator), a_all)
 
 
 class _CallableModule(types.ModuleType):
