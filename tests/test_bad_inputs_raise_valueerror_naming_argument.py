@@ -129,3 +129,18 @@ def test_tree_bad_parents_and_shapes():
     tree = TokenTree([-1, 0], [1, 2])
     with pytest.raises(ValueError, match="target_probs"):
         verify_tree(tree, torch.full((1, 2, 3), 1 / 3), None, scheme="deterministic")
+
+
+def test_zero_mass_residual_falls_back_to_target_without_nan():
+    """A residual with mass ~0 (p ~ q) would be 0/0; the rules fall back to p (token/block emitter and
+    the multi-candidate residual)."""
+    from exactspec.candidates import mrrs_residual
+    from exactspec.verify import _emit
+
+    p = torch.tensor([[0.25, 0.25, 0.5]]).repeat(4, 1)
+    tp, dp = p[:, None].repeat(1, 2, 1), p[:, None].clone()
+    out = _emit(tp, dp, torch.zeros(4, dtype=torch.long), None, torch.ones(4, dtype=torch.bool),
+                torch.Generator().manual_seed(0), "rule")
+    assert out.shape == (4,) and bool(((out >= 0) & (out < 3)).all())
+    r = mrrs_residual(p, p)
+    assert torch.equal(r, p) and not bool(torch.isnan(r).any())

@@ -100,7 +100,10 @@ def render(result: dict, console=None) -> None:
     if any(a is None and p > 0 for a, p in zip(r["accept_prob"], r["target"])):
         console.print("— : q(x) = 0, x is never drafted; it can only be emitted via the residual.")
     reject = sum(q * (1 - a) for q, a in zip(r["draft"], r["accept_prob"]) if a is not None)
-    t2 = Table(title="Step 2: P(output = x) = q(x) min(1, p/q)  +  P(reject) * residual(x)/Z  =  p(x)")
+    console.print("P(output = x) = q(x) min(1, p(x)/q(x))  [via acceptance]\n"
+                  "              + P(reject) residual(x)/Z    [via rejection]\n"
+                  f"P(reject) = sum_y q(y) (1 - min(1, p(y)/q(y))) = {_f(reject)}", markup=False)
+    t2 = Table(title="Step 2: every token comes out with its target probability")
     for col in ("token", "via acceptance", "via rejection", "output", "p(x)", "ok"):
         t2.add_column(col, justify="right")
     for i, lab in enumerate(r["labels"]):
