@@ -265,29 +265,54 @@ def _emit(tp, dp, pos, weight, use_q, generator, checks) -> torch.Tensor:
         return sample_from_probs(r, generator)
 
 
+_POOL = None
+
+
+def _parallel_map(fn, items: list) -> list:
+    """Run ``fn`` over ``items`` on ``torch.get_num_threads()`` Python threads, each doing single-threaded
+    torch work (ops release the GIL).
+
+    Why not intra-op parallelism: these are many ~1 ms ops, and every parallel op ends in a barrier; when
+    another process holds a core that barrier waits a whole scheduler slice (~10 ms, measured on the
+    shared 2-core machine). Independent per-item threads never wait for each other until the end.
+    """
+    global _POOL
+    n = torch.get_num_threads()
+    if n <= 1 or len(items) <= 1:
+        with _one_thread():
+            return [fn(it) for it in items]
+    if _POOL is None or _POOL._max_workers != n:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _POOL = ThreadPoolExecutor(max_workers=n, thread_name_prefix="exactspec")
+
+    def run(it):
+        torch.set_num_threads(1)  # OpenMP backend: per-thread setting, the caller's is untouched
+        return fn(it)
+
+    return list(_POOL.map(run, items))
+
+
 def _block_masses(tp, dp, w, checks) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Z_i = sum_y max(w_i p_i(y) - q_i(y), 0) and the row sums of p_i, q_i, for i = 1..K-1: [B, K-1] each.
 
-    One position at a time on one thread: the [B, V] temporary stays in cache and each position's rows
-    are summed (for validation) while still cached, so p and q are streamed from memory once. The work
-    is memory-bound, so a second thread buys little, and its fork/join costs a scheduler slice per op
-    when the machine is shared.
+    One position per task: the [B, V] temporary stays in cache and the position's rows are summed (for
+    validation) while still cached, so p and q are streamed from memory once.
     """
     B, K1, V = tp.shape
     K = K1 - 1
-    dev = tp.device
-    z = torch.empty(B, K - 1, device=dev)
-    sp, sq = torch.ones(B, K - 1, device=dev), torch.ones(B, K - 1, device=dev)
-    buf = torch.empty(B, V, device=dev)
-    with _one_thread():
-        for i in range(1, K):
-            P, Q = tp[:, i], dp[:, i]  # [B, V] strided views, no copy
-            torch.addcmul(Q, w[:, i : i + 1], P, value=-1.0, out=buf)  # q - w p (fp32 by promotion)
-            if checks != "none":
-                sp[:, i - 1] = _row_sums(P)
-                sq[:, i - 1] = _row_sums(Q)
-            z[:, i - 1] = -_row_sums(buf.clamp_(max=0.0))  # NaN / inf propagate into Z
-    return z, sp, sq
+
+    def one(i):
+        P, Q = tp[:, i], dp[:, i]  # [B, V] strided views, no copy
+        buf = torch.addcmul(Q, w[:, i : i + 1], P, value=-1.0)  # q - w p (fp32 by type promotion)
+        sums = (_row_sums(P), _row_sums(Q)) if checks != "none" else (None, None)
+        return -_row_sums(buf.clamp_(max=0.0)), *sums  # NaN / inf propagate into Z
+
+    out = _parallel_map(one, list(range(1, K)))
+    z = torch.stack([o[0] for o in out], 1)
+    if checks == "none":
+        return z, None, None
+    return z, torch.stack([o[1] for o in out], 1), torch.stack([o[2] for o in out], 1)
 
 
 def verify(
@@ -428,7 +453,8 @@ def verify_logits(
         rows = (active & valid[:, i]).nonzero().squeeze(1)
         if rows.numel() == 0:
             break
-        P, Q = probs(tl[rows, i]), probs(dl[rows, i])  # [n, V] only where position i is read
+        # [n, V], only where position i is read; target and draft side by side on two threads
+        P, Q = _parallel_map(probs, [tl[rows, i], dl[rows, i]])
         x = tok[rows, i : i + 1]
         p_x, q_x = P.gather(1, x).squeeze(1), Q.gather(1, x).squeeze(1)
         if checks != "none" and bool((q_x <= 0).any()):
