@@ -243,6 +243,9 @@ def export(target, draft, tokenizer, manifest: dict, report: dict, log: list) ->
          "train": [f for f in manifest["files"] if f["split"] == "train"]}, indent=1))
     (EXPORT / "training_report.json").write_text(json.dumps({**report, "log": log[::5]}, indent=1))
     print(f"exported to {EXPORT}")
+    from make_prompts import main as make_prompts  # noqa: E402  (same folder)
+
+    make_prompts([])
 
 
 def main(argv=None) -> None:

@@ -1,0 +1,231 @@
+"""Side-by-side benchmark: target alone, Hugging Face assisted generation, exactspec's rules and drafters.
+
+Every system decodes the same prompts with the same settings; runs are interleaved (A B C A B C ...) so that a
+noisy, shared machine slows all systems alike, and per-system medians over repeats are reported. EOS does not
+stop any system (all produce exactly `max_new_tokens` per row), so tokens/s compare like with like.
+
+For each exactspec system the speedup *predicted* from the calibrated `CostModel` and the run's measured
+per-position acceptance, E(alpha_1..alpha_g) * T_target(1) / (g * t_draft + T_target(g + 1)), is put next to
+the measured one. The model prices only forward passes, so the gap between the two is our loop's overhead
+(sampling, verification, cache bookkeeping) plus timing noise.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from exactspec.sampling import probs_from_logits, sample_from_probs
+
+BASELINE = "target (HF generate)"
+
+
+@dataclass
+class BenchConfig:
+    """What to run. `systems=None` runs every system that applies to the batch size."""
+
+    prompts: list[str]
+    max_new_tokens: int = 64
+    temperature: float = 0.0
+    gamma: int | str = 4
+    batch_size: int = 1
+    repeats: int = 3
+    seed: int = 0
+    systems: list[str] | None = None
+
+
+@dataclass
+class SystemResult:
+    name: str
+    times: list[float] = field(default_factory=list)  # seconds per repeat (all prompt batches)
+    tokens: list[int] = field(default_factory=list)  # new tokens per repeat
+    stats: list[dict] = field(default_factory=list)  # exactspec GenerationStats per call (last repeat)
+
+    @property
+    def tokens_per_second(self) -> float:
+        return statistics.median(n / t for n, t in zip(self.tokens, self.times))
+
+
+def _batches(tokenizer, prompts: list[str], batch_size: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    tokenizer.padding_side = "left"
+    out = []
+    for i in range(0, len(prompts), batch_size):
+        enc = tokenizer(prompts[i:i + batch_size], return_tensors="pt", padding=True)
+        out.append((enc["input_ids"], enc["attention_mask"]))
+    return out
+
+
+@torch.inference_mode()
+def target_alone_loop(target, input_ids, attention_mask, *, max_new_tokens, temperature, seed):
+    """Plain autoregressive decoding with exactspec's own sampling path and an HF KV cache.
+
+    The baseline the cost model assumes (one target call of one token per new token), to separate the
+    speedup of speculation from the overhead of our Python loop.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    mask = attention_mask
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    out = target(input_ids=input_ids, attention_mask=mask, position_ids=pos, use_cache=True)
+    cache, tokens = out.cache, []
+    for _ in range(max_new_tokens):
+        probs = probs_from_logits(out.logits[:, -1], temperature=temperature)  # [B, V]
+        nxt = probs.argmax(-1) if temperature == 0 else sample_from_probs(probs, gen)
+        tokens.append(nxt)
+        mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=1)
+        pos = pos[:, -1:] + 1
+        out = target(input_ids=nxt[:, None], attention_mask=mask, position_ids=pos, cache=cache, use_cache=True)
+        cache = out.cache
+    return torch.stack(tokens, 1)
+
+
+def _hf_kwargs(cfg: BenchConfig, tokenizer) -> dict:
+    sample = cfg.temperature > 0
+    kw = dict(max_new_tokens=cfg.max_new_tokens, min_new_tokens=cfg.max_new_tokens, do_sample=sample,
+              pad_token_id=tokenizer.pad_token_id)
+    if sample:
+        kw.update(temperature=cfg.temperature, top_k=0, top_p=1.0)
+    return kw
+
+
+def build_systems(target, draft, tokenizer, cfg: BenchConfig, cost_model) -> dict[str, Callable]:
+    """name -> fn(input_ids, attention_mask, call_seed) returning (new_tokens, stats dict or None)."""
+    from exactspec.decoding import SpeculativeGenerator
+
+    hf_kw = _hf_kwargs(cfg, tokenizer)
+    gamma_n = cfg.gamma if isinstance(cfg.gamma, int) else 4
+    spec_kw = dict(max_new_tokens=cfg.max_new_tokens, do_sample=cfg.temperature > 0,
+                   temperature=max(cfg.temperature, 0.0), eos_token_id=[], pad_token_id=tokenizer.pad_token_id)
+    with_draft = SpeculativeGenerator(target, draft, cost_model=cost_model)
+    lookup = SpeculativeGenerator(target, drafter="prompt_lookup")
+
+    def hf(ids, mask, seed, **extra):
+        torch.manual_seed(seed)
+        out = target.generate(ids, attention_mask=mask, **hf_kw, **extra)
+        return (out.shape[1] - ids.shape[1]) * ids.shape[0], None
+
+    def ours(gen, **extra):
+        def run(ids, mask, seed):
+            out = gen.generate(ids, attention_mask=mask, seed=seed, **spec_kw, **extra)
+            return out.stats.new_tokens, out.stats.to_dict()
+        return run
+
+    def loop(ids, mask, seed):
+        toks = target_alone_loop(target, ids, mask, max_new_tokens=cfg.max_new_tokens,
+                                 temperature=cfg.temperature, seed=seed)
+        return toks.numel(), None
+
+    systems = {
+        BASELINE: hf,
+        "target (exactspec loop)": loop,
+        f"HF assisted (γ={gamma_n})": lambda ids, mask, seed: hf(
+            ids, mask, seed, assistant_model=draft, num_assistant_tokens=gamma_n,
+            num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.0),
+        f"exactspec token (γ={gamma_n})": ours(with_draft, gamma=gamma_n, method="token"),
+        f"exactspec block (γ={gamma_n})": ours(with_draft, gamma=gamma_n, method="block"),
+        "exactspec token (γ=auto)": ours(with_draft, gamma="auto", method="token"),
+        f"exactspec prompt lookup (γ={gamma_n})": ours(lookup, gamma=gamma_n, method="token"),
+    }
+    if cfg.batch_size > 1:  # HF assisted generation only supports batch size 1
+        systems = {k: v for k, v in systems.items() if not k.startswith("HF assisted")}
+    if cfg.systems:
+        systems = {k: v for k, v in systems.items() if any(s.lower() in k.lower() for s in cfg.systems)}
+        systems.setdefault(BASELINE, hf)
+    return systems
+
+
+def predicted_speedup(name: str, stats: list[dict], cost_model) -> float | None:
+    """Cost-model prediction from the per-position acceptance measured in this run (None if not speculative)."""
+    from exactspec.costmodel import CostModel
+    from exactspec.speedup import walltime_speedup
+
+    if not stats:
+        return None
+    drafted = [sum(col) for col in _columns([s["position_drafted"] for s in stats])]
+    accepted = [sum(col) for col in _columns([s["position_accepted"] for s in stats])]
+    alphas = [a / d for a, d in zip(accepted, drafted) if d]
+    gammas = [g for s in stats for g in s["gamma_history"]]
+    if not alphas or not gammas:
+        return None
+    gamma = max(1, round(statistics.fmean(gammas)))
+    alphas = (alphas + [alphas[-1]] * gamma)[:gamma]
+    if "prompt lookup" in name:  # a model-free drafter costs (almost) nothing per token
+        cost_model = CostModel(0.0, dict(cost_model.target_times))
+    return float(walltime_speedup(alphas, gamma, cost_model))
+
+
+def _columns(rows: list[list[int]]) -> list[list[int]]:
+    width = max((len(r) for r in rows), default=0)
+    return [[r[i] if i < len(r) else 0 for r in rows] for i in range(width)]
+
+
+def run_bench(target, draft, tokenizer, cfg: BenchConfig, progress=None) -> dict:
+    """Run every system on every prompt batch, `cfg.repeats` times, interleaved; return the report dict.
+
+    `progress(done, total)` is called after each timed call (the CLI passes a rich progress bar).
+    """
+    from exactspec.costmodel import CostModel
+
+    cost_model = CostModel.measure(target, draft, repeats=5)
+    batches = _batches(tokenizer, cfg.prompts, cfg.batch_size)
+    systems = build_systems(target, draft, tokenizer, cfg, cost_model)
+    results = {name: SystemResult(name) for name in systems}
+    total, done = cfg.repeats * len(batches) * len(systems), 0
+    for fn in systems.values():  # warm-up: first calls pay for allocation and lazy initialisation
+        fn(*batches[0], cfg.seed)
+    for r in range(cfg.repeats):
+        totals = {name: [0.0, 0] for name in systems}
+        for b, (ids, mask) in enumerate(batches):
+            for name, fn in systems.items():  # interleaved: A B C A B C ...
+                t0 = time.perf_counter()
+                n, stats = fn(ids, mask, cfg.seed + 1000 * r + b)
+                totals[name][0] += time.perf_counter() - t0
+                totals[name][1] += n
+                if stats is not None and r == cfg.repeats - 1:
+                    results[name].stats.append(stats)
+                done += 1
+                if progress:
+                    progress(done, total)
+        for name, (t, n) in totals.items():
+            results[name].times.append(t)
+            results[name].tokens.append(n)
+    return _report(results, cfg, cost_model)
+
+
+def _report(results: dict[str, SystemResult], cfg: BenchConfig, cost_model) -> dict:
+    base = results[BASELINE].tokens_per_second
+    loop = results.get("target (exactspec loop)")
+    assisted = next((r for k, r in results.items() if k.startswith("HF assisted")), None)
+    rows = []
+    for name, res in results.items():
+        tps = res.tokens_per_second
+        st = res.stats
+        drafted = sum(s["drafted_tokens"] for s in st)
+        accepted = sum(s["accepted_tokens"] for s in st)
+        steps = sum(s["row_steps"] for s in st)
+        pos_d = [sum(c) for c in _columns([s["position_drafted"] for s in st])]
+        pos_a = [sum(c) for c in _columns([s["position_accepted"] for s in st])]
+        rows.append({
+            "system": name,
+            "tokens_per_second": tps,
+            "speedup_vs_target": tps / base,
+            "speedup_vs_exactspec_loop": tps / loop.tokens_per_second if loop else None,
+            "speedup_vs_assisted": tps / assisted.tokens_per_second if assisted else None,
+            "acceptance_rate": accepted / drafted if drafted else None,
+            "mean_accepted_per_step": accepted / steps if steps else None,
+            "mean_tokens_per_step": sum(s["new_tokens"] for s in st) / steps if steps else None,
+            "per_position_acceptance": [a / d if d else None for a, d in zip(pos_a, pos_d)],
+            "predicted_speedup": predicted_speedup(name, st, cost_model),
+            "times": res.times,
+            "tokens": res.tokens,
+        })
+    return {
+        "config": {k: v for k, v in vars(cfg).items() if k != "prompts"} | {"num_prompts": len(cfg.prompts)},
+        "threads": torch.get_num_threads(),
+        "cost_model": cost_model.to_dict(),
+        "cost_ratio": cost_model.cost_ratio,
+        "rows": rows,
+        "notes": ["HF assisted generation supports batch size 1 only"] if cfg.batch_size > 1 else [],
+    }

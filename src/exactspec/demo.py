@@ -1,0 +1,172 @@
+"""The demo pair that ships inside the package, and the prompts cut from its held-out files.
+
+The pair (a 23M-parameter Llama target and a 3.7M-parameter Llama draft sharing one byte-level BPE tokenizer)
+was trained on the Python standard library's own source by `training/train_demo.py`; see
+`demo_pair/training_report.json` for how long, on what, and with which held-out loss and acceptance.
+Weights are stored in fp16 safetensors and loaded in fp32 (CPU kernels for fp16 are slow and inexact).
+"""
+from __future__ import annotations
+
+import json
+import pathlib
+
+PAIR_DIR = pathlib.Path(__file__).resolve().parent / "demo_pair"
+
+
+def _require_pair() -> None:
+    if not (PAIR_DIR / "target" / "config.json").exists() or not (PAIR_DIR / "draft" / "config.json").exists():
+        raise FileNotFoundError(
+            f"the demo pair is missing from {PAIR_DIR}; it ships with the package "
+            "(rebuild it with `python training/train_demo.py`)")
+
+
+def load_demo_pair(dtype=None, device: str = "cpu"):
+    """Load the shipped demo pair offline.
+
+    Returns `(target, draft, tokenizer)`: two `LlamaForCausalLM` in eval mode (fp32 unless `dtype` says
+    otherwise) and the shared `PreTrainedTokenizerFast`, ready for `SpeculativeGenerator(target, draft)`.
+    Nothing is ever downloaded: loading uses `local_files_only=True`.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    _require_pair()
+    dtype = dtype or torch.float32
+    models = [AutoModelForCausalLM.from_pretrained(PAIR_DIR / name, dtype=dtype, local_files_only=True)
+              .to(device).eval() for name in ("target", "draft")]
+    tokenizer = AutoTokenizer.from_pretrained(PAIR_DIR / "target", local_files_only=True)
+    return models[0], models[1], tokenizer
+
+
+def load_pair(target: str | None = None, draft: str | None = None, dtype=None, device: str = "cpu"):
+    """`(target, draft, tokenizer)` from local paths (offline), or the shipped demo pair when both are None.
+
+    The tokenizer is the target's; the draft's tokenizer must be the same (checked), since speculative
+    decoding compares token ids.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if target is None and draft is None:
+        return load_demo_pair(dtype=dtype, device=device)
+    if target is None or draft is None:
+        raise ValueError("give both --target and --draft, or neither (the shipped demo pair)")
+    dtype = dtype or torch.float32
+    models = [AutoModelForCausalLM.from_pretrained(p, dtype=dtype, local_files_only=True).to(device).eval()
+              for p in (target, draft)]
+    tokenizer = AutoTokenizer.from_pretrained(target, local_files_only=True)
+    from exactspec.decoding import SpeculativeGenerator
+
+    SpeculativeGenerator.check_tokenizers(tokenizer, AutoTokenizer.from_pretrained(draft, local_files_only=True))
+    return models[0], models[1], tokenizer
+
+
+def demo_prompts() -> list[str]:
+    """The held-out prompts shipped with the pair (each ends with a `def ...:` header line)."""
+    _require_pair()
+    return [p["text"] for p in json.loads((PAIR_DIR / "prompts.json").read_text())["prompts"]]
+
+
+def training_report() -> dict:
+    """What training the pair took and what it reached (held-out loss, perplexity, acceptance)."""
+    _require_pair()
+    return json.loads((PAIR_DIR / "training_report.json").read_text())
+
+
+def token_kinds(from_draft: list[bool], gamma: int) -> list[str]:
+    """Per emitted token of one row's step: "accepted" (a draft token the target kept), "bonus" (every draft
+    token was kept, so the target's own next token follows) or "corrected" (drawn from the residual after a
+    rejection)."""
+    last = "bonus" if sum(from_draft) >= gamma else "corrected"
+    return ["accepted" if fd else last for fd in from_draft]
+
+
+def run_demo(target, draft, tokenizer, prompts: list[str], *, max_new_tokens: int = 64, temperature: float = 0.0,
+             gamma: int = 4, method: str = "token", seed: int = 0, on_text=None) -> dict:
+    """Complete each prompt with speculative decoding, then measure plain decoding and the predicted speedup.
+
+    `on_text(prompt_index, text, kind)` is called as text arrives; kind is "prompt", "accepted", "corrected"
+    or "bonus" (see `token_kinds`). Returns a summary dict: per-position acceptance, mean accepted length (with and
+    without the bonus token), tokens/s of speculative and plain decoding measured here, and the speedup the
+    cost model predicts from the measured acceptance.
+    """
+    import time
+
+    import torch
+
+    from exactspec.costmodel import CostModel
+    from exactspec.decoding import SpeculativeGenerator
+    from exactspec.speedup import walltime_speedup
+    from exactspec.stats import GenerationStats
+
+    on_text = on_text or (lambda *a: None)
+    gen = SpeculativeGenerator(target, draft)
+    greedy = temperature == 0
+    total = GenerationStats()
+    spec_time = plain_time = 0.0
+    spec_tokens = plain_tokens = 0
+    texts = []
+    for i, prompt in enumerate(prompts):
+        enc = tokenizer(prompt, return_tensors="pt")
+        on_text(i, prompt, "prompt")
+        ids: list[int] = []
+        shown = ""
+        t0 = time.perf_counter()
+        stream = gen.stream(enc["input_ids"], enc["attention_mask"], max_new_tokens=max_new_tokens,
+                            do_sample=not greedy, temperature=temperature, gamma=gamma, method=method,
+                            eos_token_id=[], seed=seed + i)
+        for step in stream:
+            for toks, fds in zip(step.tokens, step.from_draft):
+                for tok, kind in zip(toks, token_kinds(fds, step.gamma)):
+                    ids.append(tok)
+                    text = tokenizer.decode(ids)
+                    if not text.endswith("\ufffd"):  # wait for the rest of a split multi-byte character
+                        on_text(i, text[len(shown):], kind)
+                        shown = text
+        spec_time += time.perf_counter() - t0
+        spec_tokens += len(ids)
+        texts.append(tokenizer.decode(ids))
+        total = _merge(total, stream.output.stats)
+        # Plain decoding of the same number of tokens, measured on the spot with transformers' generate.
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            out = target.generate(**enc, max_new_tokens=len(ids), min_new_tokens=len(ids), do_sample=not greedy,
+                                  pad_token_id=tokenizer.pad_token_id,
+                                  **({} if greedy else {"temperature": temperature, "top_k": 0}))
+        plain_time += time.perf_counter() - t0
+        plain_tokens += out.shape[1] - enc["input_ids"].shape[1]
+    cost = CostModel.measure(target, draft, repeats=3)
+    alphas = total.per_position_acceptance
+    alphas = (alphas + [alphas[-1] if alphas else 0.0] * gamma)[:gamma]
+    spec_tps, plain_tps = spec_tokens / spec_time, plain_tokens / plain_time
+    return {
+        "texts": texts,
+        "stats": total.to_dict(),
+        "per_position_acceptance": total.per_position_acceptance,
+        "mean_accepted_per_step": total.mean_accepted_per_step,
+        "mean_tokens_per_step": total.mean_tokens_per_step,
+        "speculative_tokens_per_second": spec_tps,
+        "plain_tokens_per_second": plain_tps,
+        "measured_speedup": spec_tps / plain_tps,
+        "predicted_speedup": float(walltime_speedup(alphas, gamma, cost)),
+        "cost_model": cost.to_dict(),
+        "cost_ratio": cost.cost_ratio,
+    }
+
+
+def _merge(a, b):
+    """Sum two GenerationStats (counts, per-position counts and times)."""
+    from dataclasses import fields
+
+    out = type(a)()
+    for f in fields(a):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if isinstance(x, list):
+            if f.name == "gamma_history":
+                setattr(out, f.name, x + y)
+            else:
+                n = max(len(x), len(y))
+                setattr(out, f.name, [(x[i] if i < len(x) else 0) + (y[i] if i < len(y) else 0) for i in range(n)])
+        else:
+            setattr(out, f.name, x + y)
+    return out

@@ -1,0 +1,98 @@
+"""Render a benchmark report (the dict `exactspec.bench.run_bench` returns) as Markdown, JSON and PNG plots."""
+from __future__ import annotations
+
+import json
+import pathlib
+
+
+def _fmt(x, spec: str = ".2f") -> str:
+    return "—" if x is None else format(x, spec)
+
+
+def bench_markdown(report: dict) -> str:
+    """The benchmark table as Markdown (the same numbers as bench.json)."""
+    cfg = report["config"]
+    cm = report["cost_model"]
+    lines = [
+        f"max_new_tokens={cfg['max_new_tokens']}, temperature={cfg['temperature']}, batch_size={cfg['batch_size']}, "
+        f"prompts={cfg['num_prompts']}, repeats={cfg['repeats']} (median), threads={report['threads']}; "
+        f"cost model: t_draft={cm['t_draft'] * 1e3:.2f} ms, T_target(1)={_t(cm, 1)}, T_target(5)={_t(cm, 5)}, "
+        f"c={report['cost_ratio']:.3f}",
+        "",
+        "| system | tokens/s | × target (HF) | × target (our loop) | × HF assisted | acceptance | accepted/step "
+        "(w/o bonus) | tokens/step (with bonus) | predicted × | per-position acceptance |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in report["rows"]:
+        pos = ", ".join(_fmt(a) for a in r["per_position_acceptance"]) or "—"
+        lines.append(
+            f"| {r['system']} | {r['tokens_per_second']:.1f} | {r['speedup_vs_target']:.2f} | "
+            f"{_fmt(r['speedup_vs_exactspec_loop'])} | {_fmt(r['speedup_vs_assisted'])} | "
+            f"{_fmt(r['acceptance_rate'])} | {_fmt(r['mean_accepted_per_step'])} | "
+            f"{_fmt(r['mean_tokens_per_step'])} | {_fmt(r['predicted_speedup'])} | {pos} |")
+    for note in report.get("notes", []):
+        lines += ["", f"Note: {note}."]
+    lines += ["", "Predicted × is the cost model's speedup over target-alone decoding with the same loop, so "
+              "compare it with the '× target (our loop)' column."]
+    return "\n".join(lines) + "\n"
+
+
+def _t(cm: dict, k: int) -> str:
+    from exactspec.costmodel import CostModel
+
+    return f"{CostModel.from_dict(cm).t_target(k) * 1e3:.2f} ms"
+
+
+def write_bench(report: dict, out: str | pathlib.Path) -> list[pathlib.Path]:
+    """Write bench.json, bench.md and the PNG plots into `out`; return the paths written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = pathlib.Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / "bench.json", out / "bench.md"]
+    paths[0].write_text(json.dumps(report, indent=1))
+    paths[1].write_text(bench_markdown(report))
+    rows = report["rows"]
+
+    fig, ax = plt.subplots(figsize=(9, 4))
+    ax.barh([r["system"] for r in rows], [r["speedup_vs_target"] for r in rows], color="tab:blue")
+    ax.axvline(1.0, color="k", lw=1)
+    ax.set_xlabel("speedup vs target alone (HF generate), tokens/s ratio")
+    ax.invert_yaxis()
+    fig.tight_layout()
+    fig.savefig(out / "speedup.png", dpi=120)
+    paths.append(out / "speedup.png")
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for r in rows:
+        pos = [a for a in r["per_position_acceptance"] if a is not None]
+        if pos:
+            ax.plot(range(1, len(pos) + 1), pos, marker="o", label=r["system"])
+    ax.set_xlabel("draft position i")
+    ax.set_ylabel("P(accept i | accepted < i)")
+    ax.set_ylim(0, 1.05)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "acceptance.png", dpi=120)
+    paths.append(out / "acceptance.png")
+
+    fig, ax = plt.subplots(figsize=(5, 5))
+    pts = [(r["predicted_speedup"], r["speedup_vs_exactspec_loop"], r["system"]) for r in rows
+           if r["predicted_speedup"] is not None and r["speedup_vs_exactspec_loop"] is not None]
+    for pred, meas, name in pts:
+        ax.scatter(pred, meas)
+        ax.annotate(name, (pred, meas), fontsize=7)
+    hi = max([1.0] + [max(p, m) for p, m, _ in pts]) * 1.1
+    ax.plot([0, hi], [0, hi], "k--", lw=1, label="measured = predicted")
+    ax.fill_between([0, hi], [0, 0.9 * hi], [0, 1.1 * hi], color="gray", alpha=0.2, label="±10%")
+    ax.set_xlabel("predicted speedup (cost model)")
+    ax.set_ylabel("measured speedup (vs our target-alone loop)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "predicted_vs_measured.png", dpi=120)
+    paths.append(out / "predicted_vs_measured.png")
+    plt.close("all")
+    return paths

@@ -1,0 +1,55 @@
+"""`exactspec demo` and a tiny `exactspec bench` run end to end, offline, and write valid JSON, Markdown and PNG."""
+import json
+
+import matplotlib.image
+
+from exactspec.cli import main
+
+
+def test_demo_json_summary_is_complete(capsys):
+    assert main(["demo", "--prompts", "1", "--max-new-tokens", "8", "--threads", "1", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    for key in ("per_position_acceptance", "mean_accepted_per_step", "mean_tokens_per_step",
+                "speculative_tokens_per_second", "plain_tokens_per_second", "measured_speedup",
+                "predicted_speedup"):
+        assert key in summary
+    assert len(summary["texts"]) == 1 and summary["stats"]["new_tokens"] == 8
+    assert summary["mean_tokens_per_step"] == summary["mean_accepted_per_step"] + 1
+    assert summary["speculative_tokens_per_second"] > 0 and summary["predicted_speedup"] > 0
+
+
+def test_demo_streams_coloured_text(capsys):
+    assert main(["demo", "--prompts", "1", "--max-new-tokens", "6", "--threads", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "what happened" in out and "predicted speedup" in out
+
+
+def test_bench_writes_json_markdown_and_pngs(tmp_path, capsys):
+    out = tmp_path / "bench"
+    argv = ["bench", "--num-prompts", "1", "--max-new-tokens", "6", "--repeats", "1", "--threads", "1",
+            "--out", str(out), "--json"]
+    assert main(argv) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert json.loads((out / "bench.json").read_text()) == report
+    names = [r["system"] for r in report["rows"]]
+    assert names[0] == "target (HF generate)" and any(n.startswith("HF assisted") for n in names)
+    assert any("block" in n for n in names) and any("prompt lookup" in n for n in names)
+    for row in report["rows"]:
+        assert row["tokens_per_second"] > 0
+        if row["system"].startswith("exactspec"):
+            assert row["predicted_speedup"] is not None and row["acceptance_rate"] is not None
+    md = (out / "bench.md").read_text()
+    assert all(n in md for n in names)
+    for png in ("speedup.png", "acceptance.png", "predicted_vs_measured.png"):
+        assert matplotlib.image.imread(out / png).ndim == 3
+
+
+def test_bench_batched_omits_assisted_generation_and_says_why(tmp_path, capsys):
+    out = tmp_path / "bench"
+    argv = ["bench", "--num-prompts", "2", "--batch-size", "2", "--max-new-tokens", "4", "--repeats", "1",
+            "--threads", "1", "--systems", "token (γ=4)", "--out", str(out), "--json"]
+    assert main(argv) == 0
+    report = json.loads(capsys.readouterr().out)
+    names = [r["system"] for r in report["rows"]]
+    assert not any(n.startswith("HF assisted") for n in names)
+    assert any("batch size 1" in n for n in report["notes"])
