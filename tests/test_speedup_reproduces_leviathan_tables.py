@@ -37,14 +37,3 @@ ROWS = [
 def test_expected_column_of_table_4(task, draft, temp, gamma, alpha, expected, measured):
     # The paper prints one decimal and its alphas are themselves rounded to two: allow 0.08.
     assert walltime_speedup(alpha, gamma, C[draft]) == pytest.approx(expected, abs=0.08)
-
-
-def test_measured_column_is_data_not_a_prediction():
-    # The measured speedups (Table 2) are not reproducible from Theorem 3.8 alone: several exceed even the
-    # free-draft bound E(alpha, gamma) (e.g. CNNDM T5-small, argmax: 3.1x measured, E = 2.64), which the
-    # paper attributes to the i.i.d. approximation and implementation differences (its A.3). We only
-    # check the transcription keeps the paper's ordering: T5-small is the fastest draft in each setting.
-    for task in ("EnDe", "CNNDM"):
-        for temp in (0, 1):
-            rows = {r[1]: r[6] for r in ROWS if r[0] == task and r[2] == temp}
-            assert rows["T5-small"] == max(rows.values())
