@@ -77,6 +77,8 @@ def test_stats_and_stream_are_consistent_with_sequences(method):
             got[row] += toks
             flags[row] += fd
     out, s = stream.output, stream.output.stats
+    assert list(stream) == [] and stream.output is out  # re-iterating an exhausted stream keeps the result
+    out.sequences[0, 0] = out.sequences[0, 0]  # plain tensors, editable outside inference mode
     new = out.sequences[:, ids.shape[1]:]
     assert [got[r] for r in range(len(PROMPTS))] == new.tolist()
     assert [flags[r] for r in range(len(PROMPTS))] == out.from_draft.tolist()
@@ -111,13 +113,15 @@ def test_bad_input_is_rejected_with_clear_errors():
     with pytest.raises(ValueError, match="top_p"):
         gen.generate(ids, mask, top_p=1.5, **kw)
     with pytest.raises(ValueError, match="dtype"):
-        SpeculativeGenerator(target, draft.float())
+        SpeculativeGenerator(target, copy.deepcopy(draft).float())
     with pytest.raises(TypeError, match="causal LM"):
         SpeculativeGenerator(target, torch.nn.Linear(2, 2))
     with pytest.raises(ValueError, match="drafter"):
         SpeculativeGenerator(target, drafter="medusa")
     with pytest.raises(ValueError, match="either"):
         SpeculativeGenerator(target, draft, drafter="prompt_lookup")
+    with pytest.raises(ValueError, match="eval"):
+        SpeculativeGenerator(target, copy.deepcopy(draft).train())
 
 
 def test_check_tokenizers_compares_vocabularies():
@@ -131,3 +135,6 @@ def test_check_tokenizers_compares_vocabularies():
     SpeculativeGenerator.check_tokenizers(Tok({"a": 0, "b": 1}), Tok({"b": 1, "a": 0}))
     with pytest.raises(ValueError, match="differs"):
         SpeculativeGenerator.check_tokenizers(Tok({"a": 0, "b": 1}), Tok({"a": 1, "b": 0}))
+    target, draft = _models()
+    with pytest.raises(ValueError, match="differs"):
+        SpeculativeGenerator(target, draft, tokenizer=Tok({"a": 0}), draft_tokenizer=Tok({"a": 0, "c": 1}))

@@ -66,7 +66,9 @@ class GenerationStream:
         self.output: GenerationOutput | None = None
 
     def __iter__(self):
-        self.output = yield from self._steps
+        output = yield from self._steps
+        if output is not None:  # a second iteration finds the steps exhausted: keep the first result
+            self.output = output
 
 
 def _check_causal_lm(model, name: str) -> None:
@@ -115,10 +117,15 @@ class SpeculativeGenerator:
         cost_model: a :class:`exactspec.CostModel` for ``gamma="auto"``; measured once per pair (and
             cached) when omitted.
         max_gamma: largest gamma ``gamma="auto"`` may choose.
+        tokenizer, draft_tokenizer: optional; when both are given their vocabularies must agree
+            (see :meth:`check_tokenizers`).
     """
 
-    def __init__(self, target, draft=None, *, drafter=None, cost_model=None, max_gamma: int = 12):
+    def __init__(self, target, draft=None, *, drafter=None, cost_model=None, max_gamma: int = 12,
+                 tokenizer=None, draft_tokenizer=None):
         _check_causal_lm(target, "target")
+        if tokenizer is not None and draft_tokenizer is not None:
+            self.check_tokenizers(tokenizer, draft_tokenizer)
         if draft is not None and drafter is not None:
             raise ValueError("pass either draft (a model) or drafter, not both")
         if isinstance(drafter, str):
@@ -132,6 +139,9 @@ class SpeculativeGenerator:
             if draft.dtype != target.dtype:
                 raise ValueError(f"draft dtype {draft.dtype} differs from target dtype {target.dtype}")
             drafter = DraftModelDrafter(draft)
+        for name, model in (("target", target), ("draft", draft)):
+            if model is not None and model.training:  # dropout would make outputs random and inexact
+                raise ValueError(f"{name} is in training mode (dropout active); call {name}.eval() first")
         if drafter is None:
             raise ValueError("a draft model or a drafter is required (draft=... or drafter='prompt_lookup')")
         if isinstance(max_gamma, bool) or not isinstance(max_gamma, int) or max_gamma < 1:
@@ -253,7 +263,7 @@ class SpeculativeGenerator:
         return int(best)
 
     # ------------------------------------------------------------------------------------ loop
-    @torch.inference_mode()
+    @torch.no_grad()  # not inference_mode: callers may edit the returned tensors in place
     def _run(self, ids, mask, max_new, spec: SamplingSpec, gamma, method, eos, pad):
         device, (b, p) = ids.device, ids.shape
         stats = GenerationStats()
