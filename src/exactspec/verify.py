@@ -268,7 +268,7 @@ def _emit(tp, dp, pos, weight, use_q, generator, checks) -> torch.Tensor:
 _POOL = None
 
 
-def _parallel_map(fn, items: list) -> list:
+def _parallel_map(fn, items: list, workers: int | None = None) -> list:
     """Run ``fn`` over ``items`` on ``torch.get_num_threads()`` Python threads, each doing single-threaded
     torch work (ops release the GIL).
 
@@ -277,7 +277,7 @@ def _parallel_map(fn, items: list) -> list:
     shared 2-core machine). Independent per-item threads never wait for each other until the end.
     """
     global _POOL
-    n = torch.get_num_threads()
+    n = workers or torch.get_num_threads()
     if n <= 1 or len(items) <= 1:
         with _one_thread():
             return [fn(it) for it in items]
@@ -444,37 +444,40 @@ def verify_logits(
     B, K, V, L, valid = _validate_shapes(tl, dl, draft_tokens, draft_lengths, method, checks)
     dev = tl.device
     tok = draft_tokens.long().masked_fill(~valid, 0)
-    u = torch.rand(B, K, generator=generator, device=dev)  # same draws as verify()
-    a_all = torch.zeros(B, K, device=dev)
-    accepted = torch.zeros(B, dtype=torch.long, device=dev)
-    active = torch.ones(B, dtype=torch.bool, device=dev)
-    r = torch.empty(B, V, device=dev)  # the row each batch row finally samples from
-    for i in range(K):
-        rows = (active & valid[:, i]).nonzero().squeeze(1)
-        if rows.numel() == 0:
-            break
-        # [n, V], only where position i is read; target and draft side by side on two threads
-        P, Q = _parallel_map(probs, [tl[rows, i], dl[rows, i]])
-        x = tok[rows, i : i + 1]
-        p_x, q_x = P.gather(1, x).squeeze(1), Q.gather(1, x).squeeze(1)
-        if checks != "none" and bool((q_x <= 0).any()):
-            b = int(rows[(q_x <= 0).nonzero()[0]])
-            raise ValueError(f"draft_logits: drafted token at row {b}, position {i} has draft probability 0 "
-                             "after the sampling transform (it cannot have been drawn from it)")
-        a = token_accept_prob(p_x, q_x.clamp(min=torch.finfo(q_x.dtype).tiny))
-        a_all[rows, i] = a
-        ok = u[rows, i] < a
-        accepted[rows[ok]] += 1
-        rej = ~ok
-        if bool(rej.any()):
-            res = residual(P[rej], Q[rej])
-            tiny = res.sum(-1) <= 16 * torch.finfo(res.dtype).eps
-            r[rows[rej]] = torch.where(tiny[:, None], P[rej], res)
-            active[rows[rej]] = False
-    done = active.nonzero().squeeze(1)  # everything kept: bonus token at position L_b
-    if done.numel():
-        r[done] = probs(tl[done, L[done]])
-    return Verdict(accepted, sample_from_probs(r, generator), a_all)
+    workers = torch.get_num_threads()
+    # Row gathers and bookkeeping on this thread only (no per-op barriers); the softmaxes go to workers.
+    with _one_thread():
+        u = torch.rand(B, K, generator=generator, device=dev)  # same draws as verify()
+        a_all = torch.zeros(B, K, device=dev)
+        accepted = torch.zeros(B, dtype=torch.long, device=dev)
+        active = torch.ones(B, dtype=torch.bool, device=dev)
+        r = torch.empty(B, V, device=dev)  # the row each batch row finally samples from
+        for i in range(K):
+            rows = (active & valid[:, i]).nonzero().squeeze(1)
+            if rows.numel() == 0:
+                break
+            # [n, V], only where position i is read; target and draft side by side on two threads
+            P, Q = _parallel_map(probs, [tl[rows, i], dl[rows, i]], workers)
+            x = tok[rows, i : i + 1]
+            p_x, q_x = P.gather(1, x).squeeze(1), Q.gather(1, x).squeeze(1)
+            if checks != "none" and bool((q_x <= 0).any()):
+                b = int(rows[(q_x <= 0).nonzero()[0]])
+                raise ValueError(f"draft_logits: drafted token at row {b}, position {i} has draft "
+                                 "probability 0 after the sampling transform (not drawn from it)")
+            a = token_accept_prob(p_x, q_x.clamp(min=torch.finfo(q_x.dtype).tiny))
+            a_all[rows, i] = a
+            ok = u[rows, i] < a
+            accepted[rows[ok]] += 1
+            rej = ~ok
+            if bool(rej.any()):
+                res = residual(P[rej], Q[rej])
+                tiny = res.sum(-1) <= 16 * torch.finfo(res.dtype).eps
+                r[rows[rej]] = torch.where(tiny[:, None], P[rej], res)
+                active[rows[rej]] = False
+        done = active.nonzero().squeeze(1)  # everything kept: bonus token at position L_b
+        if done.numel():
+            r[done] = probs(tl[done, L[done]])
+        return Verdict(accepted, sample_from_probs(r, generator), a_all)
 
 
 class _CallableModule(types.ModuleType):
