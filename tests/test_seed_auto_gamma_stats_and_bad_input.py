@@ -138,3 +138,20 @@ def test_check_tokenizers_compares_vocabularies():
     target, draft = _models()
     with pytest.raises(ValueError, match="differs"):
         SpeculativeGenerator(target, draft, tokenizer=Tok({"a": 0}), draft_tokenizer=Tok({"a": 0, "c": 1}))
+
+
+def test_two_streams_of_one_generator_can_interleave():
+    target, draft = _models()
+    gen = SpeculativeGenerator(target, draft)
+    ids, mask = left_padded(PROMPTS)
+    kw = dict(max_new_tokens=10, do_sample=False, eos_token_id=[], pad_token_id=0)
+    alone = gen.generate(ids, mask, **kw).sequences
+    s1, s2 = gen.stream(ids, mask, **kw), gen.stream(ids[:1], mask[:1], **kw)
+    for _ in zip(s1, s2):
+        pass
+    for _ in s1:
+        pass
+    for _ in s2:
+        pass
+    assert torch.equal(s1.output.sequences, alone)
+    assert torch.equal(s2.output.sequences, alone[:1, :s2.output.sequences.shape[1]])

@@ -16,6 +16,7 @@ is the prompt minus its last token and every target call is a verification produ
 """
 from __future__ import annotations
 
+import copy
 import time
 import weakref
 from dataclasses import dataclass
@@ -66,9 +67,17 @@ class GenerationStream:
         self.output: GenerationOutput | None = None
 
     def __iter__(self):
-        output = yield from self._steps
-        if output is not None:  # a second iteration finds the steps exhausted: keep the first result
-            self.output = output
+        return self
+
+    def __next__(self) -> StreamStep:
+        # An iterator rather than a generator wrapper: abandoning one loop (zip, break) must not close the
+        # underlying run, so a later loop can resume it.
+        try:
+            return next(self._steps)
+        except StopIteration as stop:
+            if stop.value is not None:
+                self.output = stop.value
+            raise
 
 
 def _check_causal_lm(model, name: str) -> None:
@@ -272,24 +281,25 @@ class SpeculativeGenerator:
         n_gen = torch.zeros(b, dtype=torch.long, device=device)
         t_start, suspended = time.perf_counter(), 0.0
         active = torch.arange(b, device=device) if max_new > 0 else torch.zeros(0, dtype=torch.long)
+        # A per-run copy: drafters keep per-run state, and two streams of one generator may interleave.
+        drafter = copy.copy(self.drafter)
         if max_new > 0:
             target = SlotCache(self.target)
             if p > 1:  # the last prompt token stays pending: the first verification feeds it
                 target.forward(ids[:, :-1], mask[:, :-1].bool(), logits_to_keep=1)
-            self.drafter.start(ids, mask)
+            drafter.start(ids, mask)
             pending = ids[:, -1]  # [B]
             _sync(device)
             stats.prefill_time = time.perf_counter() - t_start
-        drafter = self.drafter
         limit = getattr(drafter, "max_draft", None)
         while active.numel():
             g = self._next_gamma(gamma, stats)
             stats.gamma_history.append(g)
             k = (max_new - n_gen[active] - 1).clamp(min=0, max=g if limit is None else min(g, limit))
             t0 = time.perf_counter()
-            calls0 = drafter.forward_calls
+            calls0 = getattr(drafter, "forward_calls", 0)
             draft = drafter.propose(k, spec)
-            stats.draft_calls += drafter.forward_calls - calls0
+            stats.draft_calls += getattr(drafter, "forward_calls", 0) - calls0
             _sync(device)
             t1 = time.perf_counter()
             big_k = draft.tokens.shape[1]
