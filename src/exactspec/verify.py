@@ -12,6 +12,7 @@ checks that the output equals the target distribution exactly. Keep the two in l
 from __future__ import annotations
 
 import sys
+import threading
 import types
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -266,6 +267,17 @@ def _emit(tp, dp, pos, weight, use_q, generator, checks) -> torch.Tensor:
 
 
 _POOL = None
+_LOCAL = threading.local()
+
+
+def _scratch(B: int, V: int, device) -> torch.Tensor:
+    """A per-thread reusable [B, V] fp32 buffer: a fresh multi-MB allocation per position costs more in
+    page faults than the arithmetic done in it. Kept only while small (<= 64 MiB)."""
+    buf = getattr(_LOCAL, "buf", None)
+    if buf is None or buf.shape != (B, V) or buf.device != torch.device(device):
+        buf = torch.empty(B, V, device=device)
+        _LOCAL.buf = buf if B * V <= 16 * 2**20 else None
+    return buf
 
 
 def _parallel_map(fn, items: list, workers: int | None = None) -> list:
@@ -304,7 +316,8 @@ def _block_masses(tp, dp, w, checks) -> tuple[torch.Tensor, torch.Tensor, torch.
 
     def one(i):
         P, Q = tp[:, i], dp[:, i]  # [B, V] strided views, no copy
-        buf = torch.addcmul(Q, w[:, i : i + 1], P, value=-1.0)  # q - w p (fp32 by type promotion)
+        buf = _scratch(B, V, tp.device)
+        torch.addcmul(Q, w[:, i : i + 1], P, value=-1.0, out=buf)  # q - w p (fp32 by type promotion)
         sums = (_row_sums(P), _row_sums(Q)) if checks != "none" else (None, None)
         return -_row_sums(buf.clamp_(max=0.0)), *sums  # NaN / inf propagate into Z
 
