@@ -47,7 +47,7 @@ def test_json_output_has_text_and_consistent_stats(pair, capsys):
 
 def test_streamed_text_and_table_with_prompt_lookup_and_batch(pair, capsys):
     rc = main(["generate", "--target", str(pair / "target"), "--prompt-lookup", "--temperature", "0",
-               "--max-new-tokens", "6", "--gamma", "auto", "w5 w6 w7 w5 w6", "w9 w9"])
+               "--max-new-tokens", "6", "--gamma", "auto", "--ngram", "2", "w5 w6 w7 w5 w6", "w9 w9"])
     assert rc == 0
     text = capsys.readouterr().out
     assert "w5 w6 w7 w5 w6" in text and "statistics" in text and "tokens / second" in text

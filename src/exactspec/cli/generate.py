@@ -22,6 +22,8 @@ def register(subparsers) -> None:
     p.add_argument("--target", metavar="PATH_OR_ID", help="target model (default: the demo pair's target)")
     p.add_argument("--draft", metavar="PATH_OR_ID", help="draft model sharing the target's tokenizer")
     p.add_argument("--prompt-lookup", action="store_true", help="draft by n-gram prompt lookup (no draft model)")
+    p.add_argument("--ngram", type=int, default=3, metavar="N",
+                   help="longest n-gram --prompt-lookup matches (tries N down to 1; default 3)")
     p.add_argument("--gamma", default="4", help="draft tokens per step, or 'auto' (default 4)")
     p.add_argument("--method", default="token", choices=("token", "block", "greedy"),
                    help="verification rule (default token)")
@@ -123,13 +125,18 @@ def run(args) -> int:
     from rich.text import Text
 
     from exactspec.decoding import SpeculativeGenerator
+    from exactspec.drafters import PromptLookupDrafter
 
     gamma = _gamma(args.gamma)
     if args.max_new_tokens < 0:
         raise ValueError(f"--max-new-tokens must be >= 0, got {args.max_new_tokens}")
+    if args.ngram < 1:
+        raise ValueError(f"--ngram must be >= 1, got {args.ngram}")
     target, draft, tok = load_models(args)
-    gen = SpeculativeGenerator(target, draft) if draft is not None else \
-        SpeculativeGenerator(target, drafter="prompt_lookup")
+    if draft is not None:
+        gen = SpeculativeGenerator(target, draft)
+    else:  # prompt lookup: draft as many tokens as gamma allows (auto gamma up to the generator's max)
+        gen = SpeculativeGenerator(target, drafter=PromptLookupDrafter(max_ngram=args.ngram, max_draft=16))
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token if tok.eos_token is not None else tok.convert_ids_to_tokens(0)
     tok.padding_side = "left"
