@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 
@@ -35,14 +36,16 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=60)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--threads", type=int, default=2, help="torch.set_num_threads (goal setting: 2)")
     args = ap.parse_args(argv)
-    torch.set_num_threads(2)
+    torch.set_num_threads(args.threads)
     B, K, V = 32, 8, 32000
     tl, dl, tp, dp, tokens = make_inputs(B, K, V)
     g = torch.Generator().manual_seed(1)
 
     from transformers.generation.utils import _speculative_sampling
 
+    rows32 = tp[:, 0].contiguous()  # [B, V]
     prompt = torch.zeros(1, 5, dtype=torch.long)
     cand_ids = [torch.cat([prompt, tokens[b : b + 1]], 1) for b in range(B)]
 
@@ -61,6 +64,8 @@ def main(argv=None) -> int:
         'from logits: probs_from_logits x2 + verify("token")': eager_from_logits,
         'from logits: verify_logits("token") (lazy rows)': lambda: verify_logits(tl, dl, tokens, generator=g),
         "from logits: HF _speculative_sampling per row": hf_per_row,
+        "sampler: sample_from_probs(p [32, 32000])": lambda: sample_from_probs(rows32, g),
+        "sampler: torch.multinomial(p [32, 32000], 1)": lambda: torch.multinomial(rows32, 1, generator=g),
     }
     names = list(cases)
     times = {n: [] for n in names}
@@ -72,22 +77,22 @@ def main(argv=None) -> int:
             cases[n]()
             times[n].append(time.perf_counter() - t0)
     med = {n: statistics.median(v) * 1e3 for n, v in times.items()}
-    floor = med[names[0]]
-    hf = med[names[-1]]
+    refs = {"floor": med[names[0]], "HF per row": med[names[6]], "multinomial": med[names[8]]}
     rows = []
     for n in names:
-        ref = hf if n.startswith("from logits") else floor
-        rows.append({"case": n, "median_ms": round(med[n], 3),
-                     "ratio": round(med[n] / ref, 3), "vs": "HF per row" if ref is hf else "floor"})
+        vs = "HF per row" if n.startswith("from logits") else "multinomial" if n.startswith("sampler") else "floor"
+        rows.append({"case": n, "median_ms": round(med[n], 3), "ratio": round(med[n] / refs[vs], 3), "vs": vs})
     if args.json:
-        print(json.dumps({"B": B, "K": K, "V": V, "threads": 2, "rounds": args.rounds, "rows": rows}, indent=1))
+        print(json.dumps({"B": B, "K": K, "V": V, "threads": args.threads, "rounds": args.rounds, "rows": rows}, indent=1))
         return 0
-    print(f"B={B} K={K} V={V} fp32, torch {torch.__version__}, 2 threads, {args.rounds} interleaved rounds")
+    print(f"B={B} K={K} V={V} fp32, torch {torch.__version__}, {args.threads} threads, "
+          f"{args.rounds} interleaved rounds, load average {os.getloadavg()[0]:.1f}")
     print(f"| {'case':<52} | {'median ms':>9} | {'ratio':>6} | vs |")
     print(f"|{'-' * 54}|{'-' * 11}|{'-' * 8}|----|")
     for r in rows:
         print(f"| {r['case']:<52} | {r['median_ms']:>9.2f} | {r['ratio']:>5.2f}x | {r['vs']} |")
-    print(f"from logits, HF per row / ours: eager {hf / med[names[-3]]:.2f}x, lazy {hf / med[names[-2]]:.2f}x")
+    hf = refs["HF per row"]
+    print(f"from logits, HF per row / ours: eager {hf / med[names[4]]:.2f}x, lazy {hf / med[names[5]]:.2f}x")
     return 0
 
 

@@ -19,6 +19,7 @@ probabilities are ranked by *lower token id first*. Hence
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 
 import torch
 
@@ -110,6 +111,25 @@ def probs_from_logits(
     return probs
 
 
+@contextmanager
+def _one_thread():
+    """Run O(B*V) tail work on the calling thread only.
+
+    These ops (a few rows of V) are too small to gain from intra-op parallelism, while each parallel op
+    pays a fork/join that becomes a whole scheduler slice (~10 ms) when another process holds the other
+    core (measured on the shared 2-core machine). With the OpenMP backend the setting is per-thread.
+    """
+    n = torch.get_num_threads()
+    if n == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(n)
+
+
 def sample_from_probs(
     probs: torch.Tensor,  # [..., V] non-negative, need not be normalised
     generator: torch.Generator | None = None,
@@ -127,6 +147,11 @@ def sample_from_probs(
     """
     if probs.dim() < 1 or probs.shape[-1] < 1:
         raise ValueError("probs must have shape [..., V] with V >= 1")
+    with _one_thread():  # one light pass over the rows: fork/join would cost more than it saves
+        return _sample(probs, generator)
+
+
+def _sample(probs: torch.Tensor, generator) -> torch.Tensor:
     lead, V = probs.shape[:-1], probs.shape[-1]
     flat = probs.reshape(-1, V)
     if flat.shape[0] == 0:

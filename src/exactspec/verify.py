@@ -14,12 +14,11 @@ from __future__ import annotations
 import sys
 import threading
 import types
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 
-from exactspec.sampling import sample_from_probs
+from exactspec.sampling import _one_thread, sample_from_probs
 
 __all__ = [
     "Verdict", "verify", "verify_logits", "token_accept_prob", "residual", "block_weights", "block_accept_probs",
@@ -212,25 +211,6 @@ def _validate_shapes(tp, dp, tokens, lengths, method, checks):
 
 
 # ----------------------------------------------------------------------------- the rules
-@contextmanager
-def _one_thread():
-    """Run O(B*V) tail work on the calling thread only.
-
-    These ops (a few rows of V) are too small to gain from intra-op parallelism, while each parallel op
-    pays a fork/join that becomes a whole scheduler slice (~10 ms) when another process holds the other
-    core (measured on the shared 2-core machine). With the OpenMP backend the setting is per-thread.
-    """
-    n = torch.get_num_threads()
-    if n == 1:
-        yield
-        return
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(n)
-
-
 def _rows(x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
     """x[b, pos[b]] for x [B, S, V] -> [B, V] (a copy); index_select on the flat view is a plain memcpy."""
     B, S, V = x.shape
