@@ -6,7 +6,6 @@ from __future__ import annotations
 import copy
 
 import pytest
-import torch
 
 from _spec_models import left_padded, target_greedy, tiny_lm
 from exactspec import SpeculativeGenerator
