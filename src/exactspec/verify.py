@@ -211,12 +211,14 @@ def _validate_shapes(tp, dp, tokens, lengths, method, checks):
 
 
 # ----------------------------------------------------------------------------- the rules
-def _rows(x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-    """x[b, pos[b]] for x [B, S, V] -> [B, V] (a copy); index_select on the flat view is a plain memcpy."""
+def _rows(x: torch.Tensor, pos: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+    """x[rows[j], pos[j]] for x [B, S, V] -> [n, V] (a copy; rows default to 0..B-1). index_select on
+    the flat view is a plain memcpy, several times faster than advanced indexing."""
     B, S, V = x.shape
+    rows = torch.arange(B, device=x.device) if rows is None else rows
     if x.is_contiguous():
-        return x.view(B * S, V).index_select(0, torch.arange(B, device=x.device) * S + pos)
-    return x[torch.arange(B, device=x.device), pos]
+        return x.view(B * S, V).index_select(0, rows * S + pos)
+    return x[rows, pos]
 
 
 def _emit(tp, dp, pos, weight, use_q, generator, checks) -> torch.Tensor:
@@ -450,7 +452,8 @@ def verify_logits(
             if rows.numel() == 0:
                 break
             # [n, V], only where position i is read; target and draft side by side on two threads
-            P, Q = _parallel_map(probs, [tl[rows, i], dl[rows, i]], workers)
+            pos = torch.full_like(rows, i)
+            P, Q = _parallel_map(probs, [_rows(tl, pos, rows), _rows(dl, pos, rows)], workers)
             x = tok[rows, i : i + 1]
             p_x, q_x = P.gather(1, x).squeeze(1), Q.gather(1, x).squeeze(1)
             if checks != "none" and bool((q_x <= 0).any()):
@@ -469,7 +472,7 @@ def verify_logits(
                 active[rows[rej]] = False
         done = active.nonzero().squeeze(1)  # everything kept: bonus token at position L_b
         if done.numel():
-            r[done] = probs(tl[done, L[done]])
+            r[done] = probs(_rows(tl, L[done], done))
         return Verdict(accepted, sample_from_probs(r, generator), a_all)
 
 
