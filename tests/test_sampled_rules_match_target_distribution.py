@@ -137,7 +137,8 @@ def test_candidate_samples_match_target(scheme):
     p = torch.tensor([0.35, 0.05, 0.3, 0.2, 0.1], dtype=torch.float64)
     q = torch.tensor([0.1, 0.4, 0.1, 0.15, 0.25], dtype=torch.float64)
     cands = draw_candidates(q, 3, scheme, g)
-    acc, nxt = verify_candidates(p.float().expand(N, 5), q.float().expand(N, 5), cands, scheme=scheme, generator=g)
+    acc, nxt = verify_candidates(p.float().expand(N, 5), q.float().expand(N, 5), cands, scheme=scheme,
+                                 generator=g)
     assert bool(((acc < 0) | (nxt == cands[torch.arange(N), acc.clamp(min=0)])).all())
     assert chi2_p(torch.bincount(nxt, minlength=5), p) > P_MIN
 

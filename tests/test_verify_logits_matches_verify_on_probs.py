@@ -22,7 +22,8 @@ def test_same_decisions_as_verify(kw, ragged):
     for seed in range(5):
         a = verify(probs_from_logits(tl, **kw), probs_from_logits(dl, **kw), tokens, draft_lengths=L,
                    generator=torch.Generator().manual_seed(seed))
-        b = verify_logits(tl, dl, tokens, draft_lengths=L, generator=torch.Generator().manual_seed(seed), **kw)
+        b = verify_logits(tl, dl, tokens, draft_lengths=L, generator=torch.Generator().manual_seed(seed),
+                          **kw)
         assert torch.equal(a.accepted, b.accepted)
         assert torch.equal(a.next_token, b.next_token)
         # positions up to the first rejection carry the same acceptance probabilities

@@ -219,7 +219,8 @@ def verify_tree(
     if not isinstance(tree, TokenTree):
         raise ValueError("tree must be a TokenTree")
     N = tree.num_nodes
-    if not isinstance(target_probs, torch.Tensor) or target_probs.dim() != 3 or target_probs.shape[1] != N + 1:
+    if not isinstance(target_probs, torch.Tensor) or target_probs.dim() != 3 \
+            or target_probs.shape[1] != N + 1:
         raise ValueError(f"target_probs must be [B, N+1, V] with N + 1 = {N + 1}")
     B, _, V = target_probs.shape
     if draft_probs is not None and draft_probs.shape != target_probs.shape:

@@ -113,7 +113,8 @@ def rule_distribution(p_dist: Dist, q_dist: Dist, K: int, method: str, n_tokens:
 
 def expected_accepted(p_dist: Dist, q_dist: Dist, K: int, method: str) -> float:
     """Exact E[number of draft tokens kept] in one step of ``method`` ("token" or "block")."""
-    return sum(qx * n * pr for x, qx in _drafts(q_dist, K) for n, pr, _ in _outcomes(p_dist, q_dist, x, method))
+    return sum(qx * n * pr for x, qx in _drafts(q_dist, K)
+               for n, pr, _ in _outcomes(p_dist, q_dist, x, method))
 
 
 # ----------------------------------------------------------------------------- candidates and trees

@@ -21,8 +21,8 @@ import torch
 from exactspec.sampling import _one_thread, sample_from_probs
 
 __all__ = [
-    "Verdict", "verify", "verify_logits", "token_accept_prob", "residual", "block_weights", "block_accept_probs",
-    "block_tau_probs", "METHODS",
+    "Verdict", "verify", "verify_logits", "token_accept_prob", "residual", "block_weights",
+    "block_accept_probs", "block_tau_probs", "METHODS",
 ]
 
 METHODS = ("token", "greedy", "block")
@@ -252,12 +252,12 @@ _POOL = None
 _LOCAL = threading.local()
 
 
-def _scratch(B: int, V: int, device) -> torch.Tensor:
-    """A per-thread reusable [B, V] fp32 buffer: a fresh multi-MB allocation per position costs more in
-    page faults than the arithmetic done in it. Kept only while small (<= 64 MiB)."""
+def _scratch(B: int, V: int, dtype, device) -> torch.Tensor:
+    """A per-thread reusable [B, V] buffer: a fresh multi-MB allocation per position costs more in page
+    faults than the arithmetic done in it. Kept only while small (<= 16M elements)."""
     buf = getattr(_LOCAL, "buf", None)
-    if buf is None or buf.shape != (B, V) or buf.device != torch.device(device):
-        buf = torch.empty(B, V, device=device)
+    if buf is None or buf.shape != (B, V) or buf.dtype != dtype or buf.device != device:
+        buf = torch.empty(B, V, dtype=dtype, device=device)
         _LOCAL.buf = buf if B * V <= 16 * 2**20 else None
     return buf
 
@@ -272,7 +272,8 @@ def _parallel_map(fn, items: list, workers: int | None = None) -> list:
     """
     global _POOL
     n = workers or torch.get_num_threads()
-    if n <= 1 or len(items) <= 1:
+    on_cpu = all(not isinstance(it, torch.Tensor) or it.device.type == "cpu" for it in items)
+    if n <= 1 or len(items) <= 1 or not on_cpu:
         with _one_thread():
             return [fn(it) for it in items]
     if _POOL is None or _POOL._max_workers != n:
@@ -298,12 +299,14 @@ def _block_masses(tp, dp, w, checks) -> tuple[torch.Tensor, torch.Tensor, torch.
 
     def one(i):
         P, Q = tp[:, i], dp[:, i]  # [B, V] strided views, no copy
-        buf = _scratch(B, V, tp.device)
+        dtype = torch.promote_types(torch.promote_types(tp.dtype, dp.dtype), w.dtype)
+        buf = _scratch(B, V, dtype, tp.device)
         torch.addcmul(Q, w[:, i : i + 1], P, value=-1.0, out=buf)  # q - w p (fp32 by type promotion)
         sums = (_row_sums(P), _row_sums(Q)) if checks != "none" else (None, None)
         return -_row_sums(buf.clamp_(max=0.0)), *sums  # NaN / inf propagate into Z
 
-    out = _parallel_map(one, list(range(1, K)))
+    positions = list(range(1, K))
+    out = _parallel_map(one, positions) if tp.device.type == "cpu" else [one(i) for i in positions]
     z = torch.stack([o[0] for o in out], 1)
     if checks == "none":
         return z, None, None
