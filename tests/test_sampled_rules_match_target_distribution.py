@@ -143,7 +143,7 @@ def test_candidate_samples_match_target(scheme):
     assert chi2_p(torch.bincount(nxt, minlength=5), p) > P_MIN
 
 
-@pytest.mark.parametrize("scheme", ["iid", "without_replacement"])
+@pytest.mark.parametrize("scheme", ["iid", "without_replacement", "deterministic"])
 def test_tree_samples_match_target(scheme):
     g = torch.Generator().manual_seed(13)
     V, parents = 4, [-1, -1, 0]  # root -> nodes 0, 1; node 0 -> node 2
@@ -152,10 +152,12 @@ def test_tree_samples_match_target(scheme):
     root = torch.zeros(N, 0, dtype=torch.long)
     toks = torch.zeros(N, 3, dtype=torch.long)
     toks[:, :2] = draw_candidates(q_dist(()), 2, scheme, g)
-    toks[:, 2] = sample_from_probs(qtab(toks[:, :1]), g)
+    q_node0 = qtab(toks[:, :1])  # node 2 is node 0's only child
+    toks[:, 2] = q_node0.argmax(-1) if scheme == "deterministic" else sample_from_probs(q_node0, g)
     prefixes = [root, toks[:, :1], toks[:, 1:2], toks[:, [0, 2]]]  # row 0 root, row i+1 node i
     tp = torch.stack([ptab(t) for t in prefixes], 1)
     dp = torch.stack([qtab(t) for t in prefixes], 1)
+    dp = None if scheme == "deterministic" else dp
     tv = verify_tree(TokenTree(parents, toks), tp, dp, scheme=scheme, generator=g)
     emitted = torch.zeros(N, 3, dtype=torch.long)
     path_tok = torch.where(tv.path >= 0, toks.gather(1, tv.path.clamp(min=0)), 0)
