@@ -74,3 +74,25 @@ def test_sample_from_probs_matches_distribution_and_skips_zeros():
     assert counts[1] == 0 and counts[4] == 0
     keep = p > 0
     assert chisquare(counts[keep].double().numpy(), (p[keep].double() * 200_000).numpy()).pvalue > 1e-3
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_sample_from_probs_two_level_path_on_large_rows(dtype):
+    """V = 3000 (> 1024, not a multiple of the 256-token block) exercises the block-sum search."""
+    g = torch.Generator().manual_seed(1)
+    V, N = 3000, 300_000
+    p = (torch.rand(V, generator=g) ** 3).to(dtype)
+    p[::5] = 0
+    p[-100:] = 0  # the partial last block is empty
+    counts = torch.bincount(sample_from_probs(p.expand(N, V), g), minlength=V).double()
+    probs = p.double() / p.double().sum()
+    assert counts[probs == 0].sum() == 0
+    group = torch.arange(V) // 60  # 50 groups of 60 tokens, so expected counts are large
+    obs = torch.zeros(50, dtype=torch.float64).index_add_(0, group, counts)
+    exp = torch.zeros(50, dtype=torch.float64).index_add_(0, group, probs * N)
+    keep = exp > 0
+    assert chisquare(obs[keep].numpy(), (exp[keep] * obs.sum() / exp[keep].sum()).numpy()).pvalue > 1e-3
+    # and per-token on the most likely tokens (catches an off-by-one inside a block)
+    top = probs.topk(20).indices
+    assert chisquare(torch.cat([counts[top], (N - counts[top].sum()).view(1)]).numpy(),
+                     torch.cat([probs[top] * N, (N - probs[top].sum() * N).view(1)]).numpy()).pvalue > 1e-3
