@@ -59,9 +59,14 @@ def test_unnormalised_rows(method):
 
 def test_block_reads_every_row_so_checks_every_row_sum():
     tp, dp, x = good()
-    tp[0, 1] *= 1.3  # a middle row; the token rule may not read it, block always does
+    bad = tp.clone()
+    bad[0, 1] *= 1.3  # a middle row; the token rule may not read it, block always does
     with pytest.raises(ValueError, match="target_probs"):
-        verify(tp, dp, x, method="block")
+        verify(bad, dp, x, method="block")
+    bad = dp.clone()
+    bad[1, 2] *= 0.8
+    with pytest.raises(ValueError, match="draft_probs"):
+        verify(tp, bad, x, method="block")
 
 
 def test_checks_full_scans_every_element():

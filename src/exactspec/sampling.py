@@ -161,10 +161,11 @@ def _sample(probs: torch.Tensor, generator) -> torch.Tensor:
     if flat.stride(-1) != 1:
         flat = flat.contiguous()
     N, nb_full = flat.shape[0], V // _BLOCK
-    acc = torch.float64 if flat.dtype == torch.float64 else torch.float32  # never accumulate in half
-    bsum = flat.as_strided((N, nb_full, _BLOCK), (flat.stride(0), _BLOCK, 1)).sum(-1, dtype=acc)  # [N, nb]
+    # Half inputs are summed in fp32 (passing dtype= for fp32 itself takes a much slower kernel).
+    acc = {} if flat.dtype in (torch.float32, torch.float64) else {"dtype": torch.float32}
+    bsum = flat.as_strided((N, nb_full, _BLOCK), (flat.stride(0), _BLOCK, 1)).sum(-1, **acc)  # [N, nb]
     if V % _BLOCK:
-        bsum = torch.cat([bsum, flat[:, nb_full * _BLOCK :].sum(-1, keepdim=True, dtype=acc)], 1)
+        bsum = torch.cat([bsum, flat[:, nb_full * _BLOCK :].sum(-1, keepdim=True, **acc)], 1)
     bsum = bsum.double()
     bcdf = bsum.cumsum(-1)  # [N, nb]
     total = bcdf[:, -1:]

@@ -132,14 +132,16 @@ def _check_sums(sums: torch.Tensor, mask: torch.Tensor | None, tol: float, name:
 
 def _check_rows(rows: torch.Tensor, mask: torch.Tensor | None, name: str, what: str) -> None:
     """Finite, non-negative, normalised rows [N, V] (the rows a rule samples from); ``mask`` [N] selects
-    the rows that matter (the others must be zero-filled by the caller)."""
+    the rows that matter."""
     if rows.numel() == 0:
         return
     # NaN / inf propagate into the row sums, so the sum check covers them; min catches negatives.
-    if bool(rows.amin() < 0):
+    neg = rows.amin(-1) < 0
+    if mask is not None:
+        neg &= mask
+    if bool(neg.any()):
         raise ValueError(f"{name}: {what} row has negative probabilities")
-    _check_sums(_row_sums(rows.contiguous() if rows.dtype == torch.float32 else rows), mask, _tol(rows),
-                f"{name} ({what})")
+    _check_sums(_row_sums(rows), mask, _tol(rows), f"{name} ({what})")
 
 
 def _check_gathered(p_x, q_x, valid, need_q: bool) -> None:
@@ -211,40 +213,47 @@ def _validate_shapes(tp, dp, tokens, lengths, method, checks):
 
 
 # ----------------------------------------------------------------------------- the rules
-def _rows(x: torch.Tensor, pos: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
-    """x[rows[j], pos[j]] for x [B, S, V] -> [n, V] (a copy; rows default to 0..B-1). index_select on
-    the flat view is a plain memcpy, several times faster than advanced indexing."""
+def _rows(x: torch.Tensor, pos: torch.Tensor, rows: torch.Tensor | None = None, slot: str | None = None):
+    """x[rows[j], pos[j]] for x [B, S, V] -> [n, V] (a copy; rows default to 0..B-1), written into the
+    per-thread scratch ``slot`` if given. index_select on the flat view is a plain memcpy, several times
+    faster than advanced indexing."""
     B, S, V = x.shape
     rows = torch.arange(B, device=x.device) if rows is None else rows
-    if x.is_contiguous():
-        return x.view(B * S, V).index_select(0, rows * S + pos)
-    return x[rows, pos]
+    if not x.is_contiguous():
+        return x[rows, pos]
+    flat = x.view(B * S, V)
+    if slot is None:
+        return flat.index_select(0, rows * S + pos)
+    return torch.index_select(flat, 0, rows * S + pos, out=_scratch(slot, rows.shape[0], V, x.dtype, x.device))
 
 
 def _emit(tp, dp, pos, weight, use_q, generator, checks) -> torch.Tensor:
     """Sample the token after the kept prefix: from ``max(weight * p - q, 0)`` where ``use_q`` (a
-    rejection), else from ``p`` (bonus). ``pos`` [B] is the position per row, ``weight`` [B] or None."""
+    rejection), else from ``p`` (bonus). ``pos`` [B] is the position per row, ``weight`` [B] or None.
+
+    Works in per-thread scratch rows (no multi-MB allocations) on the calling thread only."""
     with _one_thread():
-        p_rows = _to32(_rows(tp, pos))  # [B, V]
-        q_rows = None
-        if dp is not None and bool(use_q.any()):
-            q_rows = _to32(_rows(dp, pos.clamp(max=dp.shape[1] - 1)))
-            # Rows that end in a bonus token do not read q (their position may even be padding).
-            q_rows[~use_q] = 0.0
+        p_rows = _to32(_rows(tp, pos, slot="p"))  # [B, V]
         if checks != "none":
             _check_rows(p_rows, None, "target_probs", "sampled")
-            if q_rows is not None:
-                _check_rows(q_rows, use_q, "draft_probs", "residual")
-        if q_rows is None:
-            r = p_rows.clamp(min=0.0)
+        if dp is None or not bool(use_q.any()):
+            return sample_from_probs(p_rows, generator)
+        q_rows = _to32(_rows(dp, pos.clamp(max=dp.shape[1] - 1), slot="q"))  # [B, V]
+        if checks != "none":
+            # Rows ending in a bonus token do not read q (their position may even be padding).
+            _check_rows(q_rows, use_q, "draft_probs", "residual")
+        # r = max(w p - q, 0), in place in the q scratch
+        if weight is None:
+            r = torch.sub(p_rows, q_rows, out=q_rows)
         else:
-            base = p_rows if weight is None else p_rows * torch.where(use_q, weight, 1.0)[:, None]
-            r = (base - q_rows).clamp_(min=0.0)
-            # A residual of (numerically) zero mass only arises when w*p ~ q, where rejection itself has
-            # probability ~0; falling back to p avoids 0/0 at no measurable cost in exactness.
-            tiny = _row_sums(r) <= 16 * torch.finfo(torch.float32).eps
-            if bool(tiny.any()):
-                r[tiny] = p_rows[tiny].clamp(min=0.0)
+            r = torch.addcmul(q_rows, p_rows, weight[:, None], value=-1.0, out=q_rows).neg_()
+        r.clamp_(min=0.0)
+        # Bonus rows sample p itself. A residual of (numerically) zero mass only arises when w*p ~ q,
+        # where rejection itself has probability ~0; falling back to p avoids 0/0 at no measurable cost.
+        redo = ~use_q | (_row_sums(r) <= 16 * torch.finfo(torch.float32).eps)
+        if bool(redo.any()):
+            idx = redo.nonzero().squeeze(1)
+            r.index_copy_(0, idx, p_rows.index_select(0, idx).clamp_(min=0.0))
         return sample_from_probs(r, generator)
 
 
@@ -252,14 +261,17 @@ _POOL = None
 _LOCAL = threading.local()
 
 
-def _scratch(B: int, V: int, dtype, device) -> torch.Tensor:
-    """A per-thread reusable [B, V] buffer: a fresh multi-MB allocation per position costs more in page
-    faults than the arithmetic done in it. Kept only while small (<= 16M elements)."""
-    buf = getattr(_LOCAL, "buf", None)
-    if buf is None or buf.shape != (B, V) or buf.dtype != dtype or buf.device != device:
+def _scratch(slot: str, B: int, V: int, dtype, device) -> torch.Tensor:
+    """A per-thread reusable [B, V] buffer (one per ``slot``): a fresh multi-MB allocation costs more in
+    page faults than the arithmetic done in it. Kept only while small (<= 16M elements); never returned
+    to callers."""
+    bufs = _LOCAL.__dict__.setdefault("bufs", {})
+    buf = bufs.get(slot)
+    if buf is None or buf.shape[0] < B or buf.shape[1] != V or buf.dtype != dtype or buf.device != device:
         buf = torch.empty(B, V, dtype=dtype, device=device)
-        _LOCAL.buf = buf if B * V <= 16 * 2**20 else None
-    return buf
+        if B * V <= 16 * 2**20:
+            bufs[slot] = buf
+    return buf[:B]
 
 
 def _parallel_map(fn, items: list, workers: int | None = None) -> list:
@@ -288,29 +300,28 @@ def _parallel_map(fn, items: list, workers: int | None = None) -> list:
     return list(_POOL.map(run, items))
 
 
-def _block_masses(tp, dp, w, checks) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Z_i = sum_y max(w_i p_i(y) - q_i(y), 0) and the row sums of p_i, q_i, for i = 1..K-1: [B, K-1] each.
+def _block_masses(tp, dp, w, checks) -> tuple[torch.Tensor, torch.Tensor]:
+    """For i = 1..K-1: Z_i = sum_y max(w_i p_i(y) - q_i(y), 0) and S_i = sum_y (q_i(y) - w_i p_i(y)),
+    both [B, K-1].
 
-    One position per task: the [B, V] temporary stays in cache and the position's rows are summed (for
-    validation) while still cached, so p and q are streamed from memory once.
+    One position per task, its [B, V] temporary reused and summed while cached: p and q are streamed
+    from memory once. S_i (which must equal 1 - w_i) is the row-sum check of the rows Z_i reads, at the
+    price of one cached pass; NaN / inf propagate into Z_i.
     """
     B, K1, V = tp.shape
     K = K1 - 1
+    dtype = torch.promote_types(torch.promote_types(tp.dtype, dp.dtype), w.dtype)
 
     def one(i):
-        P, Q = tp[:, i], dp[:, i]  # [B, V] strided views, no copy
-        dtype = torch.promote_types(torch.promote_types(tp.dtype, dp.dtype), w.dtype)
-        buf = _scratch(B, V, dtype, tp.device)
-        torch.addcmul(Q, w[:, i : i + 1], P, value=-1.0, out=buf)  # q - w p (fp32 by type promotion)
-        sums = (_row_sums(P), _row_sums(Q)) if checks != "none" else (None, None)
-        return -_row_sums(buf.clamp_(max=0.0)), *sums  # NaN / inf propagate into Z
+        buf = _scratch("block", B, V, dtype, tp.device)
+        torch.addcmul(dp[:, i], w[:, i : i + 1], tp[:, i], value=-1.0, out=buf)  # q - w p
+        s = _row_sums(buf) if checks != "none" else None
+        return -_row_sums(buf.clamp_(max=0.0)), s
 
     positions = list(range(1, K))
     out = _parallel_map(one, positions) if tp.device.type == "cpu" else [one(i) for i in positions]
     z = torch.stack([o[0] for o in out], 1)
-    if checks == "none":
-        return z, None, None
-    return z, torch.stack([o[1] for o in out], 1), torch.stack([o[2] for o in out], 1)
+    return z, (torch.stack([o[1] for o in out], 1) if checks != "none" else None)
 
 
 def verify(
@@ -336,9 +347,10 @@ def verify(
             ignored (any padding value).
         generator: the only source of randomness.
         checks: ``"rule"`` (default) validates what the rule reads: shapes, token range, the gathered
-            ``p_i(x_i)``, ``q_i(x_i)``, every row it samples from, and (block) the sums of every row its
-            residual masses read (NaN/inf propagate into them); ``"full"`` also scans every used row
-            element-wise; ``"none"`` only checks shapes.
+            ``p_i(x_i)``, ``q_i(x_i)`` (q = 0 for a drafted token is an error), every row it samples from
+            (NaN/inf, negative entries, row sums), and for "block" each row pair its masses Z_i read,
+            through ``sum(q_i) - w_i sum(p_i) = 1 - w_i`` and NaN/inf propagating into Z_i;
+            ``"full"`` also scans every used row element by element; ``"none"`` only checks shapes.
 
     fp16/bf16 inputs are computed in fp32. Raises ValueError naming the offending argument.
     """
@@ -384,11 +396,18 @@ def verify(
     # method == "block"
     w = block_weights(torch.where(valid, p_x, torch.zeros_like(p_x)), q_safe)  # [B, K+1]
     if K > 1:
-        z, sp, sq = _block_masses(tp, dp, w, checks)
+        z, s = _block_masses(tp, dp, w, checks)
         if checks != "none":
             used = valid[:, 1:]  # positions 1..K-1 that are < L_b
-            _check_sums(sp, used, _tol(tp), "target_probs")
-            _check_sums(sq, used, _tol(dp), "draft_probs")
+            wi = w[:, 1:K]
+            tol = max(_tol(tp), _tol(dp))
+            bad = ~((s - (1.0 - wi)).abs() <= tol * (1.0 + wi)) & used  # also NaN / inf
+            if bool(bad.any()):
+                b, i = bad.nonzero()[0].tolist()
+                raise ValueError(
+                    f"target_probs/draft_probs: at row {b}, position {i + 1} sum(q) - w*sum(p) = "
+                    f"{float(s[b, i]):.6g}, expected 1 - w = {float(1 - wi[b, i]):.6g}: the rows the block "
+                    "rule reads are not probability distributions (or contain NaN/inf)")
             if not bool((torch.isfinite(z) | ~used).all()):
                 raise ValueError("target_probs/draft_probs: NaN or inf in a row the block rule reads")
     else:
@@ -456,7 +475,8 @@ def verify_logits(
                 break
             # [n, V], only where position i is read; target and draft side by side on two threads
             pos = torch.full_like(rows, i)
-            P, Q = _parallel_map(probs, [_rows(tl, pos, rows), _rows(dl, pos, rows)], workers)
+            gathered = [_rows(tl, pos, rows, slot="lp"), _rows(dl, pos, rows, slot="lq")]
+            P, Q = _parallel_map(probs, gathered, workers)
             x = tok[rows, i : i + 1]
             p_x, q_x = P.gather(1, x).squeeze(1), Q.gather(1, x).squeeze(1)
             if checks != "none" and bool((q_x <= 0).any()):
