@@ -50,13 +50,15 @@ class GenerationOutput:
 class StreamStep:
     """Tokens emitted by one speculative step. Lists are parallel, one entry per row that emitted:
     `rows` (index in the input batch), `tokens`, `from_draft` (per token: accepted draft token?),
-    `finished` (the row is done after this step)."""
+    `finished` (the row is done after this step), `drafted` (draft tokens the row proposed this step: when
+    all of them were accepted the last token is the target's bonus token, otherwise a corrected one)."""
 
     rows: list[int]
     tokens: list[list[int]]
     from_draft: list[list[bool]]
     finished: list[bool]
     gamma: int
+    drafted: list[int]
 
 
 class GenerationStream:
@@ -337,7 +339,7 @@ class SpeculativeGenerator:
                 rows=active.tolist(),
                 tokens=[r[:c] for r, c in zip(emitted.tolist(), count.tolist())],
                 from_draft=[[i < nb for i in range(c)] for nb, c in zip(n.tolist(), count.tolist())],
-                finished=done.tolist(), gamma=g)
+                finished=done.tolist(), gamma=g, drafted=draft.lengths.tolist())
             t3 = time.perf_counter()
             suspended += t3 - t_out  # time the consumer held the stream is not generation time
             keep = ~done

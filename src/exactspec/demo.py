@@ -39,26 +39,38 @@ def load_demo_pair(dtype=None, device: str = "cpu"):
 
 
 def load_pair(target: str | None = None, draft: str | None = None, dtype=None, device: str = "cpu"):
-    """`(target, draft, tokenizer)` from local paths (offline), or the shipped demo pair when both are None.
+    """`(target, draft, tokenizer)` from local paths or the local HF cache (offline), or the shipped demo pair
+    when `target` is None (then `draft` must be None too). `draft=None` with a `target` gives `draft=None`
+    (for model-free drafters).
 
-    The tokenizer is the target's; the draft's tokenizer must be the same (checked), since speculative
-    decoding compares token ids.
+    The tokenizer is the target's; the draft's must be the same (checked), since speculative decoding
+    compares token ids. Loading never downloads: a path that is not local is a ValueError.
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    if target is None and draft is None:
-        return load_demo_pair(dtype=dtype, device=device)
-    if target is None or draft is None:
-        raise ValueError("give both --target and --draft, or neither (the shipped demo pair)")
-    dtype = dtype or torch.float32
-    models = [AutoModelForCausalLM.from_pretrained(p, dtype=dtype, local_files_only=True).to(device).eval()
-              for p in (target, draft)]
-    tokenizer = AutoTokenizer.from_pretrained(target, local_files_only=True)
     from exactspec.decoding import SpeculativeGenerator
 
-    SpeculativeGenerator.check_tokenizers(tokenizer, AutoTokenizer.from_pretrained(draft, local_files_only=True))
-    return models[0], models[1], tokenizer
+    if target is None:
+        if draft is not None:
+            raise ValueError("--draft needs --target (or give neither for the demo pair)")
+        return load_demo_pair(dtype=dtype, device=device)
+    dtype = dtype or torch.float32
+
+    def load(path):
+        try:
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
+            return model, AutoTokenizer.from_pretrained(path, local_files_only=True)
+        except OSError as exc:  # missing path / not in the local cache: a usage error, not a crash
+            raise ValueError(f"cannot load model {path!r} offline: {exc}") from exc
+
+    target_model, tokenizer = load(target)
+    draft_model = None
+    if draft is not None:
+        draft_model, draft_tokenizer = load(draft)
+        SpeculativeGenerator.check_tokenizers(tokenizer, draft_tokenizer)
+        draft_model = draft_model.to(device).eval()
+    return target_model.to(device).eval(), draft_model, tokenizer
 
 
 def demo_prompts() -> list[str]:
@@ -73,20 +85,12 @@ def training_report() -> dict:
     return json.loads((PAIR_DIR / "training_report.json").read_text())
 
 
-def token_kinds(from_draft: list[bool], gamma: int) -> list[str]:
-    """Per emitted token of one row's step: "accepted" (a draft token the target kept), "bonus" (every draft
-    token was kept, so the target's own next token follows) or "corrected" (drawn from the residual after a
-    rejection)."""
-    last = "bonus" if sum(from_draft) >= gamma else "corrected"
-    return ["accepted" if fd else last for fd in from_draft]
-
-
 def run_demo(target, draft, tokenizer, prompts: list[str], *, max_new_tokens: int = 64, temperature: float = 0.0,
              gamma: int = 4, method: str = "token", seed: int = 0, on_text=None) -> dict:
     """Complete each prompt with speculative decoding, then measure plain decoding and the predicted speedup.
 
     `on_text(prompt_index, text, kind)` is called as text arrives; kind is "prompt", "accepted", "corrected"
-    or "bonus" (see `token_kinds`). Returns a summary dict: per-position acceptance, mean accepted length (with and
+    or "bonus" (see `exactspec.text.token_kinds`). Returns a summary dict: per-position acceptance, mean accepted length (with and
     without the bonus token), tokens/s of speculative and plain decoding measured here, and the speedup the
     cost model predicts from the measured acceptance.
     """
@@ -98,6 +102,7 @@ def run_demo(target, draft, tokenizer, prompts: list[str], *, max_new_tokens: in
     from exactspec.decoding import SpeculativeGenerator
     from exactspec.speedup import walltime_speedup
     from exactspec.stats import GenerationStats
+    from exactspec.text import styled_pieces, token_kinds
 
     on_text = on_text or (lambda *a: None)
     gen = SpeculativeGenerator(target, draft)
@@ -110,19 +115,18 @@ def run_demo(target, draft, tokenizer, prompts: list[str], *, max_new_tokens: in
         enc = tokenizer(prompt, return_tensors="pt")
         on_text(i, prompt, "prompt")
         ids: list[int] = []
-        shown = ""
+        kinds: list[str] = []
         t0 = time.perf_counter()
         stream = gen.stream(enc["input_ids"], enc["attention_mask"], max_new_tokens=max_new_tokens,
                             do_sample=not greedy, temperature=temperature, gamma=gamma, method=method,
                             eos_token_id=[], seed=seed + i)
         for step in stream:
-            for toks, fds in zip(step.tokens, step.from_draft):
-                for tok, kind in zip(toks, token_kinds(fds, step.gamma)):
-                    ids.append(tok)
-                    text = tokenizer.decode(ids)
-                    if not text.endswith("\ufffd"):  # wait for the rest of a split multi-byte character
-                        on_text(i, text[len(shown):], kind)
-                        shown = text
+            for toks, fds, drafted in zip(step.tokens, step.from_draft, step.drafted):
+                start = len(ids)
+                ids += toks
+                kinds += token_kinds(fds, drafted)
+                for piece, kind in styled_pieces(tokenizer, ids, kinds, start):
+                    on_text(i, piece, kind)
         spec_time += time.perf_counter() - t0
         spec_tokens += len(ids)
         texts.append(tokenizer.decode(ids))

@@ -39,6 +39,8 @@ def _gamma(value: str):
 def _load(args: argparse.Namespace):
     from exactspec.demo import load_pair
 
+    if (args.target is None) != (args.draft is None):
+        raise ValueError("give both --target and --draft, or neither (the shipped demo pair)")
     return load_pair(args.target, args.draft)
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-STYLES = {"prompt": "dim", "accepted": "bold green", "corrected": "bold red", "bonus": "bold cyan"}
+from exactspec.cli.generate import STYLES
 
 
 def register(sub) -> None:

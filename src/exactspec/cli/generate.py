@@ -1,13 +1,16 @@
 """`exactspec generate`: speculative generation from the command line, streamed and coloured.
 
 Thin: loads models offline (`local_files_only=True`), calls `SpeculativeGenerator.stream`, and renders.
-Accepted draft tokens are shown in green; tokens the target produced itself (corrections and bonus
-tokens) in the default colour. Statistics follow as a table, or everything as one JSON object (--json).
+Accepted draft tokens are shown in green, tokens the target drew after a rejection in red, bonus tokens
+(every draft kept) in cyan. Statistics follow as a table, or everything as one JSON object (--json).
 """
 from __future__ import annotations
 
 import json
 import sys
+
+# One palette for `generate` and `demo`.
+STYLES = {"prompt": "dim", "accepted": "bold green", "corrected": "bold red", "bonus": "bold cyan"}
 
 
 def register(subparsers) -> None:
@@ -48,49 +51,17 @@ def _gamma(text: str):
 
 def load_models(args):
     """(target, draft or None, tokenizer) for the parsed arguments, offline only."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
-    from exactspec.decoding import SpeculativeGenerator
+    from exactspec.demo import load_pair
 
     hf_logging.disable_progress_bar()  # stderr stays for errors
     if args.prompt_lookup and args.draft:
         raise ValueError("--prompt-lookup and --draft exclude each other")
-    if args.target is None:
-        if args.draft is not None:
-            raise ValueError("--draft needs --target (or give neither for the demo pair)")
-        from exactspec.demo import load_demo_pair
-
-        target, draft, tok = load_demo_pair(device=args.device)
-        return target, (None if args.prompt_lookup else draft), tok
-    if args.draft is None and not args.prompt_lookup:
+    if args.target is not None and args.draft is None and not args.prompt_lookup:
         raise ValueError("--target needs --draft or --prompt-lookup")
-
-    def load(path):
-        try:
-            return AutoModelForCausalLM.from_pretrained(path, local_files_only=True).to(args.device).eval()
-        except OSError as exc:  # missing path / not in the local cache: a usage error, not a crash
-            raise ValueError(f"cannot load model {path!r} offline: {exc}") from exc
-
-    tok = AutoTokenizer.from_pretrained(args.target, local_files_only=True)
-    target = load(args.target)
-    draft = None
-    if args.draft:
-        SpeculativeGenerator.check_tokenizers(tok, AutoTokenizer.from_pretrained(args.draft, local_files_only=True))
-        draft = load(args.draft)
-    return target, draft, tok
-
-
-def _styled_pieces(tok, ids: list[int], flags: list[bool], prefix_len: int = 0):
-    """Split the decoded text of `ids` into (piece, from_draft) by decoding growing prefixes, so that
-    multi-byte characters split across tokens come out whole."""
-    out, prev = [], tok.decode(ids[:prefix_len], skip_special_tokens=True)
-    for i in range(prefix_len, len(ids)):
-        text = tok.decode(ids[: i + 1], skip_special_tokens=True)
-        if text.startswith(prev):
-            out.append((text[len(prev):], flags[i]))
-            prev = text
-    return out
+    target, draft, tok = load_pair(args.target, args.draft, device=args.device)
+    return target, (None if args.prompt_lookup else draft), tok
 
 
 def stats_table(stats):
@@ -126,6 +97,7 @@ def run(args) -> int:
 
     from exactspec.decoding import SpeculativeGenerator
     from exactspec.drafters import PromptLookupDrafter
+    from exactspec.text import styled_pieces, token_kinds
 
     gamma = _gamma(args.gamma)
     if args.max_new_tokens < 0:
@@ -151,16 +123,18 @@ def run(args) -> int:
     single = len(args.prompts) == 1 and not args.json
     ids = [[] for _ in args.prompts]
     flags = [[] for _ in args.prompts]
+    kinds = [[] for _ in args.prompts]
     if single:
         console.print(Text(args.prompts[0], style="bold"), end="")
     for step in stream:  # stream live for one prompt; batches are printed whole at the end
-        for row, toks, fd in zip(step.rows, step.tokens, step.from_draft):
+        for row, toks, fd, drafted in zip(step.rows, step.tokens, step.from_draft, step.drafted):
             n0 = len(ids[row])
             ids[row] += toks
             flags[row] += fd
+            kinds[row] += token_kinds(fd, drafted)
             if single:
-                for piece, d in _styled_pieces(tok, ids[row], flags[row], n0):
-                    console.print(Text(piece, style="green" if d else ""), end="")
+                for piece, kind in styled_pieces(tok, ids[row], kinds[row], n0):
+                    console.print(Text(piece, style=STYLES[kind]), end="")
     out = stream.output
     texts = [tok.decode(i, skip_special_tokens=True) for i in ids]
     if args.json:
@@ -175,13 +149,15 @@ def run(args) -> int:
     if single:
         console.print()
     else:
-        for prompt, i, f in zip(args.prompts, ids, flags):
+        for prompt, i, k in zip(args.prompts, ids, kinds):
             line = Text(prompt, style="bold")
-            for piece, d in _styled_pieces(tok, i, f):
-                line.append(piece, style="green" if d else "")
+            for piece, kind in styled_pieces(tok, i, k):
+                line.append(piece, style=STYLES[kind])
             console.print(line)
             console.print()
-    console.print(Text("green", style="green"), Text("= accepted draft tokens"))
+    console.print(Text("accepted draft token", style=STYLES["accepted"]), "  ",
+                  Text("corrected after a rejection", style=STYLES["corrected"]), "  ",
+                  Text("bonus token (all drafts kept)", style=STYLES["bonus"]))
     console.print(stats_table(out.stats))
     return 0
 
