@@ -12,6 +12,19 @@ import sys
 SUBCOMMANDS = ("explain", "speedup", "generate", "demo", "bench")
 
 
+def parse_gamma(value: str):
+    """`--gamma` of generate and bench: a draft length >= 1 or "auto"."""
+    if value == "auto":
+        return "auto"
+    try:
+        gamma = int(value)
+    except ValueError:
+        raise ValueError(f"--gamma must be an integer >= 1 or 'auto', got {value!r}") from None
+    if gamma < 1:
+        raise ValueError(f"--gamma must be an integer >= 1 or 'auto', got {gamma}")
+    return gamma
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="exactspec",

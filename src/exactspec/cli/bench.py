@@ -24,18 +24,6 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _gamma(value: str):
-    if value == "auto":
-        return "auto"
-    try:
-        g = int(value)
-    except ValueError:
-        raise ValueError(f"--gamma must be a positive integer or 'auto', got {value!r}") from None
-    if g < 1:
-        raise ValueError(f"--gamma must be >= 1, got {g}")
-    return g
-
-
 def _load(args: argparse.Namespace):
     from exactspec.demo import load_pair
 
@@ -53,6 +41,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.progress import Progress
 
     from exactspec.bench import BenchConfig, run_bench
+    from exactspec.cli import parse_gamma
     from exactspec.demo import demo_prompts
     from exactspec.report import bench_markdown, write_bench
 
@@ -67,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         prompts = demo_prompts()
     prompts = prompts[: args.num_prompts]
     cfg = BenchConfig(prompts=prompts, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                      gamma=_gamma(args.gamma), batch_size=args.batch_size, repeats=args.repeats, seed=args.seed,
+                      gamma=parse_gamma(args.gamma), batch_size=args.batch_size, repeats=args.repeats, seed=args.seed,
                       systems=args.systems.split(",") if args.systems else None)
     console = Console(stderr=args.json)
     with Progress(console=console, transient=True) as progress:

@@ -40,15 +40,6 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def _gamma(text: str):
-    if text == "auto":
-        return "auto"
-    try:
-        return int(text)
-    except ValueError:
-        raise ValueError(f"--gamma must be an integer >= 1 or 'auto', got {text!r}") from None
-
-
 def load_models(args):
     """(target, draft or None, tokenizer) for the parsed arguments, offline only."""
     from transformers.utils import logging as hf_logging
@@ -95,11 +86,12 @@ def run(args) -> int:
     from rich.console import Console
     from rich.text import Text
 
+    from exactspec.cli import parse_gamma
     from exactspec.decoding import SpeculativeGenerator
     from exactspec.drafters import PromptLookupDrafter
     from exactspec.text import styled_pieces, token_kinds
 
-    gamma = _gamma(args.gamma)
+    gamma = parse_gamma(args.gamma)
     if args.max_new_tokens < 0:
         raise ValueError(f"--max-new-tokens must be >= 0, got {args.max_new_tokens}")
     if args.ngram < 1:
