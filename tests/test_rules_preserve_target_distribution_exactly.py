@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from exactspec import exact
-from exactspec.verify import block_accept_probs, block_weights, residual, token_accept_prob
+from exactspec.rules import block_accept_probs, block_weights, residual, token_accept_prob
 
 
 def prefix_dist(V, seed, sharp=2.0, zeros=False):

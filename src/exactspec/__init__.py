@@ -3,7 +3,7 @@
 Public API (imported lazily so that `exactspec explain` starts fast):
 
 - sampling:   probs_from_logits
-- verify:     verify, Verdict
+- rules:      verify, Verdict, verify_logits (module `rules`, so that `exactspec.verify` is always the function)
 - candidates: verify_candidates, verify_tree, TokenTree
 - speedup:    acceptance_rate, expected_tokens, walltime_speedup, optimal_gamma,
               speedup_limit, ops_factor, speculation_helps
@@ -21,9 +21,9 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "probs_from_logits": "sampling",
     "sample_from_probs": "sampling",
-    "verify": "verify",
-    "Verdict": "verify",
-    "verify_logits": "verify",
+    "verify": "rules",
+    "Verdict": "rules",
+    "verify_logits": "rules",
     "verify_candidates": "candidates",
     "verify_tree": "candidates",
     "TokenTree": "candidates",

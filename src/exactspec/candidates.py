@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from exactspec.sampling import sample_from_probs
-from exactspec.verify import _check_rows, _to32, residual, token_accept_prob
+from exactspec.rules import _check_rows, _to32, residual, token_accept_prob
 
 __all__ = [
     "SCHEMES", "verify_candidates", "TokenTree", "TreeVerdict", "verify_tree",

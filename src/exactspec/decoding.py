@@ -5,7 +5,7 @@ One step, for the B rows still generating:
 1. the drafter proposes up to k_b tokens per row (k_b = min(gamma, tokens left - 1), so a step can never
    overshoot ``max_new_tokens``), with the distributions q they were drawn from;
 2. the target runs ONE forward over [pending token, d_1 .. d_K] (K + 1 positions, ragged rows masked);
-3. :func:`exactspec.verify.verify` applies the exact rule ("token", "block" or "greedy") and returns the
+3. :func:`exactspec.rules.verify` applies the exact rule ("token", "block" or "greedy") and returns the
    accepted count n_b and the corrected/bonus token per row;
 4. both KV caches are rolled back to what each row accepted (see :mod:`exactspec.cache`): crop to the
    longest accepted run in the batch, mask the other rows' rejected slots as holes, keep explicit
@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from exactspec.cache import SlotCache
 from exactspec.drafters import DraftModelDrafter, PromptLookupDrafter, SamplingSpec
 from exactspec.stats import GenerationStats
-from exactspec.verify import verify
+from exactspec.rules import verify
 
 __all__ = ["SpeculativeGenerator", "GenerationOutput", "StreamStep", "GenerationStream"]
 

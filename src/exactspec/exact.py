@@ -2,7 +2,7 @@
 
 Distributions are prefix-dependent callables ``dist(prefix: tuple[int, ...]) -> Tensor [V]`` (float64).
 Every draft (with its probability under the drafter), every accept/reject outcome (with the probability
-given by the rule's *own* formula functions, imported from :mod:`exactspec.verify` and
+given by the rule's *own* formula functions, imported from :mod:`exactspec.rules` and
 :mod:`exactspec.candidates`) and every final token is enumerated; the result is the exact distribution of
 the emitted tokens. Because rules emit a variable number of tokens, emitted prefixes are continued by
 sampling from the target up to a common length ``n_tokens`` (what later decoding steps do when the rule is
@@ -19,7 +19,7 @@ import torch
 from exactspec.candidates import (
     SCHEMES, TokenTree, candidate_draft_dist, mrrs_accept_prob, mrrs_residual,
 )
-from exactspec.verify import (
+from exactspec.rules import (
     block_accept_probs, block_tau_probs, block_weights, residual, token_accept_prob,
 )
 

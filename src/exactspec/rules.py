@@ -11,9 +11,7 @@ checks that the output equals the target distribution exactly. Keep the two in l
 """
 from __future__ import annotations
 
-import sys
 import threading
-import types
 from dataclasses import dataclass
 
 import torch
@@ -130,9 +128,10 @@ def _check_sums(sums: torch.Tensor, mask: torch.Tensor | None, tol: float, name:
         )
 
 
-def _check_rows(rows: torch.Tensor, mask: torch.Tensor | None, name: str, what: str) -> None:
+def _check_rows(rows: torch.Tensor, mask: torch.Tensor | None, name: str, what: str,
+                tol: float | None = None) -> None:
     """Finite, non-negative, normalised rows [N, V] (the rows a rule samples from); ``mask`` [N] selects
-    the rows that matter."""
+    the rows that matter; ``tol`` defaults to the rows' own dtype's (pass the source's for upcast rows)."""
     if rows.numel() == 0:
         return
     # NaN / inf propagate into the row sums, so the sum check covers them; min catches negatives.
@@ -141,7 +140,7 @@ def _check_rows(rows: torch.Tensor, mask: torch.Tensor | None, name: str, what: 
         neg &= mask
     if bool(neg.any()):
         raise ValueError(f"{name}: {what} row has negative probabilities")
-    _check_sums(_row_sums(rows), mask, _tol(rows), f"{name} ({what})")
+    _check_sums(_row_sums(rows), mask, _tol(rows) if tol is None else tol, f"{name} ({what})")
 
 
 def _check_gathered(p_x, q_x, valid, need_q: bool) -> None:
@@ -235,13 +234,13 @@ def _emit(tp, dp, pos, weight, use_q, generator, checks) -> torch.Tensor:
     with _one_thread():
         p_rows = _to32(_rows(tp, pos, slot="p"))  # [B, V]
         if checks != "none":
-            _check_rows(p_rows, None, "target_probs", "sampled")
+            _check_rows(p_rows, None, "target_probs", "sampled", tol=_tol(tp))
         if dp is None or not bool(use_q.any()):
             return sample_from_probs(p_rows, generator)
-        q_rows = _to32(_rows(dp, pos.clamp(max=dp.shape[1] - 1), slot="q"))  # [B, V]
+        q_rows = _to32(_rows(dp, pos.clamp(max=dp.shape[1] - 1), slot="q")).to(p_rows.dtype)  # [B, V]
         if checks != "none":
             # Rows ending in a bonus token do not read q (their position may even be padding).
-            _check_rows(q_rows, use_q, "draft_probs", "residual")
+            _check_rows(q_rows, use_q, "draft_probs", "residual", tol=_tol(dp))
         # r = max(w p - q, 0), in place in the q scratch
         if weight is None:
             r = torch.sub(p_rows, q_rows, out=q_rows)
@@ -259,6 +258,7 @@ def _emit(tp, dp, pos, weight, use_q, generator, checks) -> torch.Tensor:
 
 _POOL = None
 _LOCAL = threading.local()
+_POOL_LOCK = threading.Lock()
 
 
 def _scratch(slot: str, B: int, V: int, dtype, device) -> torch.Tensor:
@@ -285,19 +285,27 @@ def _parallel_map(fn, items: list, workers: int | None = None) -> list:
     global _POOL
     n = workers or torch.get_num_threads()
     on_cpu = all(not isinstance(it, torch.Tensor) or it.device.type == "cpu" for it in items)
-    if n <= 1 or len(items) <= 1 or not on_cpu:
-        with _one_thread():
-            return [fn(it) for it in items]
-    if _POOL is None or _POOL._max_workers != n:
-        from concurrent.futures import ThreadPoolExecutor
+    if n > 1 and len(items) > 1 and on_cpu:
+        with _POOL_LOCK:  # one pool per thread count; callers may come from several threads
+            if _POOL is None or _POOL._max_workers != n:
+                from concurrent.futures import ThreadPoolExecutor
 
-        _POOL = ThreadPoolExecutor(max_workers=n, thread_name_prefix="exactspec")
+                old, _POOL = _POOL, ThreadPoolExecutor(max_workers=n, thread_name_prefix="exactspec")
+                if old is not None:
+                    old.shutdown(wait=False)
+            pool = _POOL
 
-    def run(it):
-        torch.set_num_threads(1)  # OpenMP backend: per-thread setting, the caller's is untouched
-        return fn(it)
+        def run(it):
+            torch.set_num_threads(1)  # OpenMP backend: per-thread setting, the caller's is untouched
+            return fn(it)
 
-    return list(_POOL.map(run, items))
+        try:
+            return list(pool.map(run, items))
+        except RuntimeError as exc:  # pool shut down (interpreter exit, or replaced): work inline instead
+            if "shutdown" not in str(exc):
+                raise
+    with _one_thread():
+        return [fn(it) for it in items]
 
 
 def _block_masses(tp, dp, w, checks) -> tuple[torch.Tensor, torch.Tensor]:
@@ -497,15 +505,3 @@ def verify_logits(
         if done.numel():
             r[done] = probs(_rows(tl, L[done], done))
         return Verdict(accepted, sample_from_probs(r, generator), a_all)
-
-
-class _CallableModule(types.ModuleType):
-    """`exactspec.verify` names both this module and the function: importing the submodule (as
-    `exactspec.exact` does) rebinds the package attribute to the module, so the module forwards calls to
-    the function and `from exactspec import verify; verify(...)` works whatever the import order."""
-
-    def __call__(self, *args, **kwargs):
-        return verify(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
