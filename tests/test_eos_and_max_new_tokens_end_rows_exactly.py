@@ -63,6 +63,10 @@ def test_eos_inside_an_accepted_run_ends_the_row_there():
     assert bool(out.from_draft[0, 2])  # the EOS itself was an accepted draft token
     assert len(set(finished_at.values())) > 1
     assert out.stats.new_tokens == sum(len(e) for e in expected)
+    # Statistics count emitted tokens only: drafts after the EOS were dropped, so they are not "accepted".
+    assert out.stats.accepted_tokens == int(out.from_draft.sum())
+    # Every step emits its accepted drafts plus one target token, except a step whose EOS was a draft token.
+    assert out.stats.accepted_tokens < out.stats.new_tokens < out.stats.accepted_tokens + out.stats.row_steps
 
 
 def test_sampled_rows_stop_at_eos_and_are_padded():

@@ -119,3 +119,28 @@ def test_per_position_limit_and_optimum():
     brute = max(walltime_speedup(rates, g, 0.02) for g in range(1, 3000))
     assert speedup_limit(rates, 0.02) == pytest.approx(brute)
     assert speedup_limit(rates, 0.0) == pytest.approx(expected_tokens(rates, 5000))
+
+
+def test_mixed_length_speedup_matches_simulated_steps_of_random_lengths():
+    """Steps drafting different lengths: the weighted formula equals a direct simulation."""
+    import numpy as np
+
+    from exactspec import mixed_length_speedup, walltime_speedup
+
+    rng = np.random.default_rng(3)
+    alphas, c = [0.9, 0.7, 0.6, 0.5], 0.1
+    counts = [30, 0, 10, 0, 60]
+    lengths = np.repeat(np.arange(5), counts)
+    tokens = time = 0.0
+    for _ in range(200):
+        for k in lengths:
+            kept = 0
+            while kept < k and rng.random() < alphas[kept]:
+                kept += 1
+            tokens += kept + 1
+            time += k * c + 1.0
+    assert mixed_length_speedup(alphas, counts, c) == pytest.approx(tokens / time, rel=0.02)
+    # All steps of one length: the plain formula.
+    assert mixed_length_speedup(alphas, [0, 0, 0, 0, 7], c) == pytest.approx(walltime_speedup(alphas, 4, c))
+    with pytest.raises(ValueError, match="length_counts"):
+        mixed_length_speedup(alphas, [0, 0], c)

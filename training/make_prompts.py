@@ -21,12 +21,18 @@ PAIR = HERE.parent / "src" / "exactspec" / "demo_pair"
 
 def cut_prompts(text: str, tokenizer, max_tokens: int, per_file: int) -> list[tuple[int, str]]:
     lines = text.splitlines(keepends=True)
+    # Token counts per line, once: a prompt's length is close to the sum over its lines (checked below).
+    counts = [len(ids) for ids in tokenizer(lines)["input_ids"]] if lines else []
     found = []
     for i, line in enumerate(lines):
         stripped = line.lstrip()
         # A one-line `def` header whose body starts on the next line, deep enough into the file to have context.
         if stripped.startswith("def ") and line.rstrip().endswith(":") and i >= 20:
-            head = lines[: i + 1]
+            start, total = i + 1, 0
+            while start > 0 and total + counts[start - 1] <= max_tokens:
+                start -= 1
+                total += counts[start]
+            head = lines[start: i + 1]
             while len(head) > 1 and len(tokenizer("".join(head))["input_ids"]) > max_tokens:
                 head = head[1:]
             found.append((i + 1, "".join(head)))

@@ -34,6 +34,7 @@ _EXPORTS = {
     "optimal_gamma": "speedup",
     "speedup_limit": "speedup",
     "ops_factor": "speedup",
+    "mixed_length_speedup": "speedup",
     "speculation_helps": "speedup",
     "expected_accepted_token_rule": "acceptance",
     "expected_accepted_block": "acceptance",

@@ -70,10 +70,12 @@ def target_alone_loop(target, input_ids, attention_mask, *, max_new_tokens, temp
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
     out = target(input_ids=input_ids, attention_mask=mask, position_ids=pos, use_cache=True)
     cache, tokens = out.cache, []
-    for _ in range(max_new_tokens):
+    for step in range(max_new_tokens):
         probs = probs_from_logits(out.logits[:, -1], temperature=temperature)  # [B, V]
         nxt = probs.argmax(-1) if temperature == 0 else sample_from_probs(probs, gen)
         tokens.append(nxt)
+        if step == max_new_tokens - 1:  # the last token needs no forward pass
+            break
         mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=1)
         pos = pos[:, -1:] + 1
         out = target(input_ids=nxt[:, None], attention_mask=mask, position_ids=pos, cache=cache, use_cache=True)
@@ -137,23 +139,22 @@ def build_systems(target, draft, tokenizer, cfg: BenchConfig, cost_model) -> dic
 
 
 def predicted_speedup(name: str, stats: list[dict], cost_model) -> float | None:
-    """Cost-model prediction from the per-position acceptance measured in this run (None if not speculative)."""
+    """Cost-model prediction from this run's measured per-position acceptance and the lengths it drafted
+    (see `exactspec.speedup.mixed_length_speedup`); None for systems that do not speculate."""
     from exactspec.costmodel import CostModel
-    from exactspec.speedup import walltime_speedup
+    from exactspec.speedup import mixed_length_speedup
 
     if not stats:
         return None
     drafted = [sum(col) for col in _columns([s["position_drafted"] for s in stats])]
     accepted = [sum(col) for col in _columns([s["position_accepted"] for s in stats])]
+    lengths = [sum(col) for col in _columns([s["length_counts"] for s in stats])]
     alphas = [a / d for a, d in zip(accepted, drafted) if d]
-    gammas = [g for s in stats for g in s["gamma_history"]]
-    if not alphas or not gammas:
+    if not alphas or not sum(lengths):
         return None
-    gamma = max(1, round(statistics.fmean(gammas)))
-    alphas = (alphas + [alphas[-1]] * gamma)[:gamma]
     if "prompt lookup" in name:  # a model-free drafter costs (almost) nothing per token
         cost_model = CostModel(0.0, dict(cost_model.target_times))
-    return float(walltime_speedup(alphas, gamma, cost_model))
+    return float(mixed_length_speedup(alphas, lengths, cost_model))
 
 
 def _columns(rows: list[list[int]]) -> list[list[int]]:
@@ -168,8 +169,10 @@ def run_bench(target, draft, tokenizer, cfg: BenchConfig, progress=None) -> dict
     """
     from exactspec.costmodel import CostModel
 
-    cost_model = CostModel.measure(target, draft, repeats=5)
     batches = _batches(tokenizer, cfg.prompts, cfg.batch_size)
+    # Calibrate at the bench's own batch size and typical prompt length.
+    prompt_len = int(statistics.median(int(m.sum(1).max()) for _, m in batches))
+    cost_model = CostModel.measure(target, draft, repeats=5, batch_size=cfg.batch_size, prompt_len=prompt_len)
     systems = build_systems(target, draft, tokenizer, cfg, cost_model)
     results = {name: SystemResult(name) for name in systems}
     total, done = cfg.repeats * len(batches) * len(systems), 0

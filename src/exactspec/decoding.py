@@ -211,6 +211,11 @@ class SpeculativeGenerator:
             attention_mask = torch.ones_like(input_ids)
         if not isinstance(attention_mask, torch.Tensor) or attention_mask.shape != input_ids.shape:
             raise ValueError(f"attention_mask must have the shape of input_ids {tuple(input_ids.shape)}")
+        n_embed = self.target.get_input_embeddings().num_embeddings
+        real = input_ids[attention_mask.bool()]
+        if real.numel() and (int(real.min()) < 0 or int(real.max()) >= n_embed):
+            raise ValueError(f"input_ids: token ids must lie in [0, {n_embed}) (the target's vocabulary), "
+                             f"got ids in [{int(real.min())}, {int(real.max())}]")
         if not bool((attention_mask[:, -1] != 0).all()):
             raise ValueError("attention_mask: prompts must be left-padded (last column real for every row)")
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
@@ -316,13 +321,16 @@ class SpeculativeGenerator:
             verdict = verify(p_target, q, draft.tokens, method=method, draft_lengths=draft.lengths,
                              generator=spec.generator)
             n, nxt = verdict.accepted.to(device), verdict.next_token.to(device)
-            stats.record_step(draft.lengths, n)
             emitted = torch.cat([draft.tokens, torch.zeros_like(pending)[:, None]], 1)
             emitted.scatter_(1, n[:, None], nxt[:, None])  # [B, K+1]: d_1..d_n, then the bonus token
             count = n + 1
             hit_eos = torch.isin(emitted, eos) & (pos < count[:, None])
             ended = hit_eos.any(1)
             count = torch.where(ended, hit_eos.long().argmax(1) + 1, count)  # cut after the first EOS
+            # Statistics count what was emitted: an EOS among the accepted drafts ends the row there, and
+            # the drafts after it were neither emitted nor, for the statistics, proposed.
+            cut = ended & (count <= n)
+            stats.record_step(torch.where(cut, count, draft.lengths), torch.where(cut, count, n))
             write = pos < count[:, None]  # [B, K+1]
             rows = active[:, None].expand_as(write)[write]
             cols = (n_gen[active][:, None] + pos).expand_as(write)[write]

@@ -100,7 +100,7 @@ def run_demo(target, draft, tokenizer, prompts: list[str], *, max_new_tokens: in
 
     from exactspec.costmodel import CostModel
     from exactspec.decoding import SpeculativeGenerator
-    from exactspec.speedup import walltime_speedup
+    from exactspec.speedup import mixed_length_speedup
     from exactspec.stats import GenerationStats
     from exactspec.text import styled_pieces, token_kinds
 
@@ -139,9 +139,8 @@ def run_demo(target, draft, tokenizer, prompts: list[str], *, max_new_tokens: in
                                   **({} if greedy else {"temperature": temperature, "top_k": 0}))
         plain_time += time.perf_counter() - t0
         plain_tokens += out.shape[1] - enc["input_ids"].shape[1]
-    cost = CostModel.measure(target, draft, repeats=3)
-    alphas = total.per_position_acceptance
-    alphas = (alphas + [alphas[-1] if alphas else 0.0] * gamma)[:gamma]
+    prompt_len = max(len(tokenizer(p)["input_ids"]) for p in prompts)
+    cost = CostModel.measure(target, draft, repeats=3, prompt_len=prompt_len)
     spec_tps, plain_tps = spec_tokens / spec_time, plain_tokens / plain_time
     return {
         "texts": texts,
@@ -152,7 +151,7 @@ def run_demo(target, draft, tokenizer, prompts: list[str], *, max_new_tokens: in
         "speculative_tokens_per_second": spec_tps,
         "plain_tokens_per_second": plain_tps,
         "measured_speedup": spec_tps / plain_tps,
-        "predicted_speedup": float(walltime_speedup(alphas, gamma, cost)),
+        "predicted_speedup": float(mixed_length_speedup(total.per_position_acceptance, total.length_counts, cost)),
         "cost_model": cost.to_dict(),
         "cost_ratio": cost.cost_ratio,
     }

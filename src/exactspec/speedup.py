@@ -163,6 +163,28 @@ def walltime_speedup(alpha, gamma: int, cost):
     return _out(_expected_tokens_array(a, g) / _step_cost(c, g))
 
 
+def mixed_length_speedup(alpha, length_counts, cost) -> float:
+    """Expected speedup when steps draft different lengths: ``length_counts[k]`` steps drafted k tokens.
+
+    What a run actually does: near ``max_new_tokens`` a step drafts fewer tokens, and a model-free drafter
+    drafts nothing when it finds no match. With weights w_k = length_counts[k] / sum(length_counts):
+    E = sum_k w_k E(alpha_1..alpha_k) tokens per step, at a mean step time of
+    sum_k w_k (k t_draft + T_target(k + 1)), so the speedup is E * T_target(1) / that time.
+    ``alpha``: scalar or per-position rates (as in :func:`expected_tokens`); ``cost``: c or a CostModel.
+    """
+    a = _check_alpha(alpha)
+    c = _check_cost(cost)
+    counts = np.asarray(length_counts, dtype=float)
+    if counts.ndim != 1 or counts.size == 0 or (counts < 0).any() or not np.isfinite(counts).all() \
+            or counts.sum() <= 0:
+        raise ValueError(f"length_counts must be a non-empty list of counts >= 0 with a positive sum, "
+                         f"got {length_counts!r}")
+    w = counts / counts.sum()
+    tokens = sum(wk * _expected_tokens_array(a, k) for k, wk in enumerate(w) if wk > 0)
+    time = sum(wk * _step_cost(c, k) for k, wk in enumerate(w) if wk > 0)
+    return _out(tokens / time)
+
+
 def ops_factor(alpha, gamma: int, ops_cost: float):
     """Expected increase in arithmetic operations (Leviathan et al., Thm 3.11).
 

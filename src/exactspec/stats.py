@@ -29,6 +29,8 @@ class GenerationStats:
         position_drafted[i] / position_accepted[i]: row-steps in which draft position i+1 was reached
             (proposed, with all earlier positions accepted) / accepted.
         gamma_history: gamma used at each step (constant unless gamma="auto").
+        length_counts[k]: row-steps that drafted k tokens (k < gamma near max_new_tokens, or when a
+            model-free drafter found nothing), so predictions can weigh each draft length.
     """
 
     target_calls: int = 0
@@ -40,6 +42,7 @@ class GenerationStats:
     position_drafted: list[int] = field(default_factory=list)
     position_accepted: list[int] = field(default_factory=list)
     gamma_history: list[int] = field(default_factory=list)
+    length_counts: list[int] = field(default_factory=list)
     prefill_time: float = 0.0
     draft_time: float = 0.0
     target_time: float = 0.0
@@ -86,6 +89,10 @@ class GenerationStats:
         self.row_steps += int(draft_lengths.numel())
         self.drafted_tokens += int(draft_lengths.sum())
         self.accepted_tokens += int(accepted.sum())
+        for length, count in enumerate(torch.bincount(draft_lengths.long().cpu()).tolist()):
+            if length >= len(self.length_counts):
+                self.length_counts.extend([0] * (length + 1 - len(self.length_counts)))
+            self.length_counts[length] += count
         k = int(draft_lengths.max()) if draft_lengths.numel() else 0
         if k == 0:
             return
