@@ -37,3 +37,20 @@ ROWS = [
 def test_expected_column_of_table_4(task, draft, temp, gamma, alpha, expected, measured):
     # The paper prints one decimal and its alphas are themselves rounded to two: allow 0.08.
     assert walltime_speedup(alpha, gamma, C[draft]) == pytest.approx(expected, abs=0.08)
+
+
+@pytest.mark.parametrize("alpha", [0.5, 0.6, 0.7, 0.8, 0.9])
+@pytest.mark.parametrize("gamma", [1, 3, 5, 7, 10])
+def test_free_draft_table_speedup_and_ops_factor_match_simulation(alpha, gamma):
+    """With c = ĉ = 0 (the paper's idealised table), speedup = E[tokens per step] and the ops factor is
+    (γ + 1) / E: both checked against a seeded simulation of i.i.d. acceptances, not the closed form."""
+    import numpy as np
+
+    from exactspec import ops_factor
+
+    rng = np.random.default_rng(int(alpha * 100) + gamma)
+    coins = rng.random((200_000, gamma)) < alpha
+    kept = np.where(coins.all(1), gamma, coins.argmin(1))  # accepted before the first rejection
+    tokens = (kept + 1).mean()  # + the corrected or bonus token
+    assert walltime_speedup(alpha, gamma, 0.0) == pytest.approx(tokens, rel=0.01)
+    assert ops_factor(alpha, gamma, 0.0) == pytest.approx((gamma + 1) / tokens, rel=0.01)
