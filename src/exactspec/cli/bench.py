@@ -48,6 +48,9 @@ def run(args: argparse.Namespace) -> int:
     if args.repeats < 1 or args.max_new_tokens < 1 or args.batch_size < 1 or args.num_prompts < 1:
         raise ValueError("--repeats, --max-new-tokens, --batch-size and --num-prompts must be >= 1")
     torch.set_num_threads(args.threads)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
     target, draft, tokenizer = _load(args)
     if args.prompts:
         with open(args.prompts, encoding="utf-8") as fh:

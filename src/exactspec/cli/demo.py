@@ -34,6 +34,9 @@ def run(args: argparse.Namespace) -> int:
     if args.prompts < 1 or args.max_new_tokens < 1 or args.gamma < 1:
         raise ValueError("--prompts, --max-new-tokens and --gamma must be >= 1")
     torch.set_num_threads(args.threads)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # loading two small local models needs no progress bars
     console = Console(highlight=False)
     target, draft, tokenizer = load_demo_pair()
     prompts = demo_prompts()[: args.prompts]
@@ -42,6 +45,8 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             return
         if kind == "prompt":
+            if i:
+                console.print()  # end the previous completion's last line
             console.print(Rule(f"held-out prompt {i + 1}/{len(prompts)}"))
             text = "…\n" + "\n".join(text.splitlines()[-6:]) + "\n"  # the prompt's tail is enough context
         console.print(Text(text, style=STYLES[kind]), end="")
