@@ -19,6 +19,7 @@ from typing import Callable
 import torch
 
 from exactspec.sampling import probs_from_logits, sample_from_probs
+from exactspec.stats import GenerationStats
 
 BASELINE = "target (HF generate)"
 
@@ -42,7 +43,7 @@ class SystemResult:
     name: str
     times: list[float] = field(default_factory=list)  # seconds per repeat (all prompt batches)
     tokens: list[int] = field(default_factory=list)  # new tokens per repeat
-    stats: list[dict] = field(default_factory=list)  # exactspec GenerationStats per call (last repeat)
+    stats: list = field(default_factory=list)  # exactspec GenerationStats per call (last repeat)
 
     @property
     def tokens_per_second(self) -> float:
@@ -93,7 +94,7 @@ def _hf_kwargs(cfg: BenchConfig, tokenizer) -> dict:
 
 
 def build_systems(target, draft, tokenizer, cfg: BenchConfig, cost_model) -> dict[str, Callable]:
-    """name -> fn(input_ids, attention_mask, call_seed) returning (new_tokens, stats dict or None)."""
+    """name -> fn(input_ids, attention_mask, call_seed) returning (new_tokens, GenerationStats or None)."""
     from exactspec.decoding import SpeculativeGenerator
 
     hf_kw = _hf_kwargs(cfg, tokenizer)
@@ -111,7 +112,7 @@ def build_systems(target, draft, tokenizer, cfg: BenchConfig, cost_model) -> dic
     def ours(gen, **extra):
         def run(ids, mask, seed):
             out = gen.generate(ids, attention_mask=mask, seed=seed, **spec_kw, **extra)
-            return out.stats.new_tokens, out.stats.to_dict()
+            return out.stats.new_tokens, out.stats
         return run
 
     def loop(ids, mask, seed):
@@ -138,28 +139,19 @@ def build_systems(target, draft, tokenizer, cfg: BenchConfig, cost_model) -> dic
     return systems
 
 
-def predicted_speedup(name: str, stats: list[dict], cost_model) -> float | None:
-    """Cost-model prediction from this run's measured per-position acceptance and the lengths it drafted
-    (see `exactspec.speedup.mixed_length_speedup`); None for systems that do not speculate."""
+def predicted_speedup(name: str, stats, cost_model) -> float | None:
+    """Cost-model prediction from a run's measured per-position acceptance and the lengths it drafted
+    (`stats`: merged GenerationStats; see `exactspec.speedup.mixed_length_speedup`); None if nothing
+    was drafted."""
     from exactspec.costmodel import CostModel
     from exactspec.speedup import mixed_length_speedup
 
-    if not stats:
-        return None
-    drafted = [sum(col) for col in _columns([s["position_drafted"] for s in stats])]
-    accepted = [sum(col) for col in _columns([s["position_accepted"] for s in stats])]
-    lengths = [sum(col) for col in _columns([s["length_counts"] for s in stats])]
-    alphas = [a / d for a, d in zip(accepted, drafted) if d]
-    if not alphas or not sum(lengths):
+    alphas = [a / d for a, d in zip(stats.position_accepted, stats.position_drafted) if d]
+    if not alphas or not sum(stats.length_counts):
         return None
     if "prompt lookup" in name:  # a model-free drafter costs (almost) nothing per token
         cost_model = CostModel(0.0, dict(cost_model.target_times))
-    return float(mixed_length_speedup(alphas, lengths, cost_model))
-
-
-def _columns(rows: list[list[int]]) -> list[list[int]]:
-    width = max((len(r) for r in rows), default=0)
-    return [[r[i] if i < len(r) else 0 for r in rows] for i in range(width)]
+    return float(mixed_length_speedup(alphas, stats.length_counts, cost_model))
 
 
 def run_bench(target, draft, tokenizer, cfg: BenchConfig, progress=None) -> dict:
@@ -204,23 +196,19 @@ def _report(results: dict[str, SystemResult], cfg: BenchConfig, cost_model) -> d
     rows = []
     for name, res in results.items():
         tps = res.tokens_per_second
-        st = res.stats
-        drafted = sum(s["drafted_tokens"] for s in st)
-        accepted = sum(s["accepted_tokens"] for s in st)
-        steps = sum(s["row_steps"] for s in st)
-        pos_d = [sum(c) for c in _columns([s["position_drafted"] for s in st])]
-        pos_a = [sum(c) for c in _columns([s["position_accepted"] for s in st])]
+        st = GenerationStats.merge(res.stats) if res.stats else None
         rows.append({
             "system": name,
             "tokens_per_second": tps,
             "speedup_vs_target": tps / base,
             "speedup_vs_exactspec_loop": tps / loop.tokens_per_second if loop else None,
             "speedup_vs_assisted": tps / assisted.tokens_per_second if assisted else None,
-            "acceptance_rate": accepted / drafted if drafted else None,
-            "mean_accepted_per_step": accepted / steps if steps else None,
-            "mean_tokens_per_step": sum(s["new_tokens"] for s in st) / steps if steps else None,
-            "per_position_acceptance": [a / d if d else None for a, d in zip(pos_a, pos_d)],
-            "predicted_speedup": predicted_speedup(name, st, cost_model),
+            "acceptance_rate": st.acceptance_rate if st else None,
+            "mean_accepted_per_step": st.mean_accepted_per_step if st else None,
+            "mean_tokens_per_step": st.mean_tokens_per_step if st else None,
+            "per_position_acceptance": [a / d if d else None for a, d in
+                                        zip(st.position_accepted, st.position_drafted)] if st else [],
+            "predicted_speedup": predicted_speedup(name, st, cost_model) if st else None,
             "times": res.times,
             "tokens": res.tokens,
         })

@@ -107,7 +107,7 @@ def run_demo(target, draft, tokenizer, prompts: list[str], *, max_new_tokens: in
     on_text = on_text or (lambda *a: None)
     gen = SpeculativeGenerator(target, draft)
     greedy = temperature == 0
-    total = GenerationStats()
+    runs = []
     spec_time = plain_time = 0.0
     spec_tokens = plain_tokens = 0
     texts = []
@@ -130,7 +130,7 @@ def run_demo(target, draft, tokenizer, prompts: list[str], *, max_new_tokens: in
         spec_time += time.perf_counter() - t0
         spec_tokens += len(ids)
         texts.append(tokenizer.decode(ids))
-        total = _merge(total, stream.output.stats)
+        runs.append(stream.output.stats)
         # Plain decoding of the same number of tokens, measured on the spot with transformers' generate.
         t0 = time.perf_counter()
         with torch.inference_mode():
@@ -139,6 +139,7 @@ def run_demo(target, draft, tokenizer, prompts: list[str], *, max_new_tokens: in
                                   **({} if greedy else {"temperature": temperature, "top_k": 0}))
         plain_time += time.perf_counter() - t0
         plain_tokens += out.shape[1] - enc["input_ids"].shape[1]
+    total = GenerationStats.merge(runs)
     prompt_len = max(len(tokenizer(p)["input_ids"]) for p in prompts)
     cost = CostModel.measure(target, draft, repeats=3, prompt_len=prompt_len)
     spec_tps, plain_tps = spec_tokens / spec_time, plain_tokens / plain_time
@@ -155,21 +156,3 @@ def run_demo(target, draft, tokenizer, prompts: list[str], *, max_new_tokens: in
         "cost_model": cost.to_dict(),
         "cost_ratio": cost.cost_ratio,
     }
-
-
-def _merge(a, b):
-    """Sum two GenerationStats (counts, per-position counts and times)."""
-    from dataclasses import fields
-
-    out = type(a)()
-    for f in fields(a):
-        x, y = getattr(a, f.name), getattr(b, f.name)
-        if isinstance(x, list):
-            if f.name == "gamma_history":
-                setattr(out, f.name, x + y)
-            else:
-                n = max(len(x), len(y))
-                setattr(out, f.name, [(x[i] if i < len(x) else 0) + (y[i] if i < len(y) else 0) for i in range(n)])
-        else:
-            setattr(out, f.name, x + y)
-    return out

@@ -11,7 +11,7 @@ A *row-step* is one row taking part in one target call; with batch size 1 it is 
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 import torch
 
@@ -81,6 +81,24 @@ class GenerationStats:
                      "mean_tokens_per_step", "tokens_per_second"):
             d[name] = getattr(self, name)
         return d
+
+    @classmethod
+    def merge(cls, runs) -> "GenerationStats":
+        """The statistics of several runs taken together: counts, per-position and per-length counts and
+        times add up; gamma histories are concatenated."""
+        out = cls()
+        for run in runs:
+            for f in fields(cls):
+                mine, theirs = getattr(out, f.name), getattr(run, f.name)
+                if f.name == "gamma_history":
+                    mine.extend(theirs)
+                elif isinstance(mine, list):
+                    mine.extend([0] * (len(theirs) - len(mine)))
+                    for i, v in enumerate(theirs):
+                        mine[i] += v
+                else:
+                    setattr(out, f.name, mine + theirs)
+        return out
 
     # ------------------------------------------------------------------------------ updating
     def record_step(self, draft_lengths: torch.Tensor, accepted: torch.Tensor) -> None:
