@@ -43,10 +43,14 @@ class SlotCache:
             )
         self.device = model.device
         self.mask: torch.Tensor | None = None
-        self.n_real: torch.Tensor | None = None
         # Ids the model cannot embed (a target whose lm-head is padded larger than the draft's) are fed
         # as 0: that only changes what the draft conditions on, never the exactness of the output.
         self.n_embed = model.get_input_embeddings().num_embeddings
+
+    @property
+    def n_real(self) -> torch.Tensor | None:
+        """`[B]` real tokens cached per row."""
+        return None if self.mask is None else self.mask.sum(1)
 
     @property
     def length(self) -> int:
@@ -64,7 +68,6 @@ class SlotCache:
         valid = valid.to(self.device)
         if self.mask is None:
             self.mask = torch.zeros(b, 0, dtype=torch.long, device=self.device)
-            self.n_real = torch.zeros(b, dtype=torch.long, device=self.device)
         pos = (self.n_real[:, None] + valid.long().cumsum(1) - 1).clamp(min=0)  # [B, S]
         mask = torch.cat([self.mask, valid.long()], dim=1)  # [B, L+S]
         tokens = torch.where(tokens < self.n_embed, tokens, torch.zeros_like(tokens)).to(self.device)
@@ -78,7 +81,6 @@ class SlotCache:
         )
         self.cache = out.cache if getattr(out, "cache", None) is not None else self.cache
         self.mask = mask
-        self.n_real = self.n_real + valid.long().sum(1)
         return out.logits
 
     def _attention_mask(self, mask: torch.Tensor, s: int) -> torch.Tensor:
@@ -113,7 +115,6 @@ class SlotCache:
         if n_keep < s:
             self.cache.crop(-(s - n_keep))
         self.mask = torch.cat([self.mask[:, : self.length - s], tail[:, :n_keep].long()], dim=1)
-        self.n_real = self.mask.sum(1)
 
     def select_rows(self, rows: torch.Tensor) -> None:
         """Keep batch rows `rows [B']` (int64) and drop slot columns no kept row uses."""
@@ -122,7 +123,6 @@ class SlotCache:
         rows = rows.to(self.device)
         self.cache.batch_select_indices(rows)
         self.mask = self.mask[rows]
-        self.n_real = self.n_real[rows]
         self.compact()
 
     def compact(self) -> None:
