@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from exactspec.sampling import sample_from_probs
-from exactspec.rules import _check_rows, _to32, residual, token_accept_prob
+from exactspec.rules import _check_rows, _to32, residual_or_p, token_accept_prob
 
 __all__ = [
     "SCHEMES", "verify_candidates", "TokenTree", "TreeVerdict", "verify_tree",
@@ -54,10 +54,8 @@ def mrrs_accept_prob(r_x: torch.Tensor, qs_x: torch.Tensor) -> torch.Tensor:
 def mrrs_residual(r: torch.Tensor, qs: torch.Tensor) -> torch.Tensor:
     """Normalised ``max(R - q_s, 0)`` [..., V]; falls back to R where its mass is ~0 (only when R ~ q_s,
     in which case the rejection that leads here has probability ~0)."""
-    res = residual(r, qs)
-    mass = res.sum(-1, keepdim=True)
-    ok = mass > 16 * torch.finfo(r.dtype).eps
-    return torch.where(ok, res / torch.where(ok, mass, torch.ones_like(mass)), r)
+    res = residual_or_p(r, qs)
+    return res / res.sum(-1, keepdim=True)
 
 
 # ----------------------------------------------------------------------------- batched rule

@@ -20,7 +20,7 @@ from exactspec.candidates import (
     SCHEMES, TokenTree, candidate_draft_dist, mrrs_accept_prob, mrrs_residual,
 )
 from exactspec.rules import (
-    block_accept_probs, block_tau_probs, block_weights, residual, token_accept_prob,
+    block_accept_probs, block_tau_probs, block_weights, residual, residual_or_p, token_accept_prob,
 )
 
 Dist = Callable[[tuple], torch.Tensor]
@@ -31,10 +31,10 @@ __all__ = [
 ]
 
 
-def _normalise_or(r: torch.Tensor, fallback: torch.Tensor) -> torch.Tensor:
-    # Same fallback as verify._emit: a zero-mass residual is replaced by p.
-    mass = float(r.sum())
-    return r / mass if mass > 1e-15 else fallback
+def _residual_dist(p: torch.Tensor, q: torch.Tensor, weight=1.0) -> torch.Tensor:
+    # The rules' own residual, with their fallback to p where it has ~zero mass, normalised.
+    r = residual_or_p(p, q, weight)
+    return r / r.sum()
 
 
 def _extend(emitted: dict, p_dist: Dist, n_tokens: int) -> dict:
@@ -86,14 +86,14 @@ def _outcomes(p_dist: Dist, q_dist: Dist, x: tuple, method: str):
             if n == K:
                 out.append((n, keep, P[K]))
             else:
-                out.append((n, keep * (1 - float(a[n])), _normalise_or(residual(P[n], Q[n]), P[n])))
+                out.append((n, keep * (1 - float(a[n])), _residual_dist(P[n], Q[n])))
                 keep *= float(a[n])
     elif method == "block":
         w = block_weights(p_x, q_x)  # [K+1]
         z = residual(P[1:K], Q[1:K], w[1:K, None]).sum(-1)  # [K-1]
         tau = block_tau_probs(block_accept_probs(w, z))  # [K+1]
         for n in range(K + 1):
-            nxt = P[K] if n == K else _normalise_or(residual(P[n], Q[n], w[n]), P[n])
+            nxt = P[K] if n == K else _residual_dist(P[n], Q[n], w[n])
             out.append((n, float(tau[n]), nxt))
     else:
         raise ValueError(f"method must be 'token' or 'block' for enumeration, got {method!r}")

@@ -19,7 +19,7 @@ import torch
 from exactspec.sampling import _one_thread, sample_from_probs
 
 __all__ = [
-    "Verdict", "verify", "verify_logits", "token_accept_prob", "residual", "block_weights",
+    "Verdict", "verify", "verify_logits", "token_accept_prob", "residual", "residual_or_p", "block_weights",
     "block_accept_probs", "block_tau_probs", "METHODS",
 ]
 
@@ -36,6 +36,19 @@ def token_accept_prob(p_x: torch.Tensor, q_x: torch.Tensor) -> torch.Tensor:
 def residual(p: torch.Tensor, q: torch.Tensor, weight: torch.Tensor | float = 1.0) -> torch.Tensor:
     """Unnormalised residual ``max(weight * p - q, 0)`` over the last axis (``weight`` = 1 for "token")."""
     return (p * weight - q).clamp_(min=0.0)
+
+
+def residual_is_empty(mass: torch.Tensor) -> torch.Tensor:
+    """Where a residual's mass is numerically zero (<= 16 eps of its dtype). That only happens when
+    w p ~ q, where the rejection leading to the residual has probability ~0; every rule then samples p
+    instead of dividing 0 by 0."""
+    return mass <= 16 * torch.finfo(mass.dtype).eps
+
+
+def residual_or_p(p: torch.Tensor, q: torch.Tensor, weight: torch.Tensor | float = 1.0) -> torch.Tensor:
+    """``max(weight * p - q, 0)``, or ``p`` itself in rows where that has ~zero mass; unnormalised [..., V]."""
+    res = residual(p, q, weight)
+    return torch.where(residual_is_empty(res.sum(-1, keepdim=True)), p, res)
 
 
 def block_weights(p_x: torch.Tensor, q_x: torch.Tensor) -> torch.Tensor:  # [..., K] -> [..., K+1]
@@ -165,12 +178,7 @@ def _check_full(tp, dp, valid_pos, bonus_pos) -> None:
     for x, rows, name in ((tp, rows_t, "target_probs"), (dp, valid_pos, "draft_probs")):
         if x is None:
             continue
-        sel = x[rows]
-        if not bool(torch.isfinite(sel).all()):
-            raise ValueError(f"{name}: contains NaN or inf")
-        if bool((sel < 0).any()):
-            raise ValueError(f"{name}: contains negative probabilities")
-        _check_sums(sel.sum(-1, dtype=torch.float32), None, _tol(x), name)
+        _check_rows(_to32(x[rows]), None, name, "used", tol=_tol(x))
 
 
 def _validate_shapes(tp, dp, tokens, lengths, method, checks):
@@ -249,7 +257,7 @@ def _emit(tp, dp, pos, weight, use_q, generator, checks) -> torch.Tensor:
         r.clamp_(min=0.0)
         # Bonus rows sample p itself. A residual of (numerically) zero mass only arises when w*p ~ q,
         # where rejection itself has probability ~0; falling back to p avoids 0/0 at no measurable cost.
-        redo = ~use_q | (_row_sums(r) <= 16 * torch.finfo(torch.float32).eps)
+        redo = ~use_q | residual_is_empty(_row_sums(r))
         if bool(redo.any()):
             idx = redo.nonzero().squeeze(1)
             r.index_copy_(0, idx, p_rows.index_select(0, idx).clamp_(min=0.0))
@@ -487,9 +495,7 @@ def verify_logits(
             accepted[rows[ok]] += 1
             rej = ~ok
             if bool(rej.any()):
-                res = residual(P[rej], Q[rej])
-                tiny = res.sum(-1) <= 16 * torch.finfo(res.dtype).eps
-                r[rows[rej]] = torch.where(tiny[:, None], P[rej], res)
+                r[rows[rej]] = residual_or_p(P[rej], Q[rej])
                 active[rows[rej]] = False
         done = active.nonzero().squeeze(1)  # everything kept: bonus token at position L_b
         if done.numel():
