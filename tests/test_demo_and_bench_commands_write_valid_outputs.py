@@ -38,8 +38,10 @@ def test_bench_writes_json_markdown_and_pngs(tmp_path, capsys):
         assert row["tokens_per_second"] > 0
         if row["system"].startswith("exactspec"):
             assert row["predicted_speedup"] is not None and row["acceptance_rate"] is not None
+            assert all(v >= 0 for v in row["ms_per_step"].values()) and row["ms_per_step"]["target"] > 0
     md = (out / "bench.md").read_text()
     assert all(n in md for n in names)
+    assert "Time per target call inside the loop" in md
     for png in ("speedup.png", "acceptance.png", "predicted_vs_measured.png"):
         assert matplotlib.image.imread(out / png).ndim == 3
 

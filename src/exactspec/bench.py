@@ -209,6 +209,10 @@ def _report(results: dict[str, SystemResult], cfg: BenchConfig, cost_model) -> d
             "per_position_acceptance": [a / d if d else None for a, d in
                                         zip(st.position_accepted, st.position_drafted)] if st else [],
             "predicted_speedup": predicted_speedup(name, st, cost_model) if st else None,
+            # Where a step's time goes inside the loop (ms per target call): what the cost model prices
+            # (draft and target forwards) against what it does not (sampling, verification, bookkeeping).
+            "ms_per_step": {part: 1e3 * getattr(st, f"{part}_time") / st.target_calls
+                            for part in ("draft", "target", "verify")} if st and st.target_calls else None,
             "times": res.times,
             "tokens": res.tokens,
         })

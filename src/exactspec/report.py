@@ -30,11 +30,27 @@ def bench_markdown(report: dict) -> str:
             f"{_fmt(r['speedup_vs_exactspec_loop'])} | {_fmt(r['speedup_vs_assisted'])} | "
             f"{_fmt(r['acceptance_rate'])} | {_fmt(r['mean_accepted_per_step'])} | "
             f"{_fmt(r['mean_tokens_per_step'])} | {_fmt(r['predicted_speedup'])} | {pos} |")
+    split = [(r["system"], r["ms_per_step"]) for r in report["rows"] if r.get("ms_per_step")]
+    if split:
+        lines += ["", "Time per target call inside the loop (ms): draft / target / verification + bookkeeping "
+                  f"(the cost model prices a step at γ·t_draft + T_target(γ+1) = "
+                  f"{_priced_step(cm, report['config']['gamma'])})", ""]
+        lines += [f"- {name}: {m['draft']:.2f} / {m['target']:.2f} / {m['verify']:.2f}" for name, m in split]
     for note in report.get("notes", []):
         lines += ["", f"Note: {note}."]
     lines += ["", "Predicted × is the cost model's speedup over target-alone decoding with the same loop, so "
               "compare it with the '× target (our loop)' column."]
     return "\n".join(lines) + "\n"
+
+
+def _priced_step(cm: dict, gamma) -> str:
+    from exactspec.costmodel import CostModel
+
+    if not isinstance(gamma, int):
+        return "— (γ=auto)"
+    model = CostModel.from_dict(cm)
+    return (f"{gamma}·{model.t_draft * 1e3:.2f} + {model.t_target(gamma + 1) * 1e3:.2f} = "
+            f"{model.step_time(gamma) * 1e3:.2f} ms")
 
 
 def _t(cm: dict, k: int) -> str:
