@@ -99,12 +99,15 @@ class DraftModelDrafter:
         for _ in range(big_k):  # feeds pending, d_1 .. d_{K-1}; d_K is sampled but not fed
             logits = self.state.forward(inp, valid, logits_to_keep=1)[:, -1]  # [B, V_draft]
             self.forward_calls += 1
-            q = spec.probs(logits)  # [B, V]
-            d = spec.sample(q)  # [B]
+            if spec.greedy:  # greedy verification never reads q: skip building one-hot rows
+                d = logits[:, : spec.vocab_size].argmax(-1)  # [B], lowest id among ties, as probs_from_logits
+            else:
+                q = spec.probs(logits)  # [B, V]
+                d = spec.sample(q)  # [B]
+                probs.append(q)
             tokens.append(d)
-            probs.append(q)
             inp, valid = d[:, None], torch.ones(b, 1, dtype=torch.bool, device=d.device)
-        return Draft(torch.stack(tokens, 1), torch.stack(probs, 1), k)
+        return Draft(torch.stack(tokens, 1), torch.stack(probs, 1) if probs else None, k)
 
     def update(self, accepted: torch.Tensor, next_token: torch.Tensor, draft: Draft) -> None:
         """Roll the draft cache back to the accepted prefix; the bonus token (and d_K) become pending."""
