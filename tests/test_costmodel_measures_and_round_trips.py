@@ -90,3 +90,12 @@ def test_measure_rolls_the_cache_back():
         logits = [l for m, l in seen if m == n]
         for other in logits[1:]:
             torch.testing.assert_close(other, logits[0])
+
+
+def test_without_draft_keeps_target_times_and_frees_the_draft():
+    from exactspec import CostModel
+
+    cm = CostModel(0.002, {1: 0.01, 5: 0.015}, {"note": "x"})
+    free = cm.without_draft()
+    assert free.t_draft == 0.0 and free.target_times == cm.target_times and free.metadata == cm.metadata
+    assert free.step_time(4) == cm.t_target(5)

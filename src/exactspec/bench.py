@@ -143,14 +143,13 @@ def predicted_speedup(name: str, stats, cost_model) -> float | None:
     """Cost-model prediction from a run's measured per-position acceptance and the lengths it drafted
     (`stats`: merged GenerationStats; see `exactspec.speedup.mixed_length_speedup`); None if nothing
     was drafted."""
-    from exactspec.costmodel import CostModel
     from exactspec.speedup import mixed_length_speedup
 
     alphas = [a / d for a, d in zip(stats.position_accepted, stats.position_drafted) if d]
     if not alphas or not sum(stats.length_counts):
         return None
     if "prompt lookup" in name:  # a model-free drafter costs (almost) nothing per token
-        cost_model = CostModel(0.0, dict(cost_model.target_times))
+        cost_model = cost_model.without_draft()
     return float(mixed_length_speedup(alphas, stats.length_counts, cost_model))
 
 

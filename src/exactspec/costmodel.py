@@ -90,6 +90,11 @@ class CostModel:
             raise ValueError(f"gamma must be a non-negative integer, got {gamma!r}")
         return gamma * self.t_draft + self.t_target(gamma + 1)
 
+    def without_draft(self) -> "CostModel":
+        """The same target timings with a free draft (t_draft = 0): the cost of a model-free drafter such
+        as prompt lookup, whose n-gram search is negligible next to a target call."""
+        return CostModel(0.0, self.target_times, self.metadata)
+
     # ---------------------------------------------------------------------------- serialisation
     def to_dict(self) -> dict[str, Any]:
         return {

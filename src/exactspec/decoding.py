@@ -265,7 +265,7 @@ class SpeculativeGenerator:
             return self.cost_model
         cm = CostModel.measure(self.target, draft)
         if self.draft is None:  # model-free drafter: drafting costs (almost) nothing next to the target
-            cm = CostModel(0.0, cm.target_times, cm.metadata)
+            cm = cm.without_draft()
         _COST_MODELS[key] = (weakref.ref(self.target), weakref.ref(draft), cm)
         self.cost_model = cm
         return cm
