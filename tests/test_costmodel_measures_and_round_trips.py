@@ -99,3 +99,52 @@ def test_without_draft_keeps_target_times_and_frees_the_draft():
     free = cm.without_draft()
     assert free.t_draft == 0.0 and free.target_times == cm.target_times and free.metadata == cm.metadata
     assert free.step_time(4) == cm.t_target(5)
+
+
+def test_overhead_is_priced_per_step_and_round_trips(tmp_path):
+    from exactspec.speedup import mixed_length_speedup, walltime_speedup
+
+    cm = CostModel(0.002, {1: 0.010, 5: 0.014}, t_overhead=0.001)
+    assert cm.step_time(4) == pytest.approx(4 * 0.002 + 0.014 + 0.001)
+    assert cm.without_draft().step_time(4) == pytest.approx(0.014 + 0.001)
+    # E(alpha=.5, gamma=4) = (1 - .5^5)/.5 = 1.9375 tokens for 0.023 s, against 0.010 s per plain token.
+    assert walltime_speedup(0.5, 4, cm) == pytest.approx(1.9375 * 0.010 / 0.023)
+    assert walltime_speedup(0.5, 0, cm) == pytest.approx(1.0)  # gamma = 0 is plain decoding: no loop
+    # ...but a step of the loop that drafted nothing still pays the loop's overhead.
+    assert mixed_length_speedup(0.5, [1], cm) == pytest.approx(0.010 / 0.011)
+    assert CostModel.from_dict(json.loads(json.dumps(cm.to_dict()))) == cm
+    assert cm != CostModel(0.002, {1: 0.010, 5: 0.014})
+    assert CostModel.from_dict({"t_draft": 0.1, "target_times": {"1": 1.0}}).t_overhead == 0.0  # old files
+    with pytest.raises(ValueError, match="t_overhead"):
+        CostModel(0.1, {1: 1.0}, t_overhead=float("nan"))
+
+
+def test_calibrate_prices_the_loop_from_a_runs_statistics():
+    from exactspec.stats import GenerationStats
+
+    bare = CostModel(0.001, {1: 0.010, 5: 0.014})
+    # 10 target calls over 5 positions each (gamma = 4), 40 draft calls.
+    st = GenerationStats(target_calls=10, draft_calls=40, target_positions=50, draft_time=0.060,
+                         target_time=0.150, verify_time=0.008)
+    cal = bare.calibrate(st)
+    assert cal.t_draft == pytest.approx(0.060 / 40)  # a draft step as it cost inside the loop
+    assert cal.t_overhead == pytest.approx((0.150 + 0.008) / 10 - 0.014)  # beyond the bare T_target(5)
+    assert cal.target_times == bare.target_times  # plain decoding is still priced by bare T_target(1)
+    # The calibrated step reproduces the run's own time per step (what makes it "calibrated").
+    assert cal.step_time(4) * 10 == pytest.approx(st.draft_time + st.target_time + st.verify_time)
+    assert bare.calibrate([st, st]) == cal  # several runs are merged first
+    with pytest.raises(ValueError, match="target call"):
+        bare.calibrate(GenerationStats())
+
+
+def test_calibrate_on_a_real_run_counts_positions_fed():
+    from exactspec import SpeculativeGenerator
+
+    target, draft = tiny_llama(64, 2, 0), tiny_llama(32, 1, 1)
+    out = SpeculativeGenerator(target, draft).generate(torch.randint(0, 128, (1, 8)), max_new_tokens=21,
+                                                      gamma=4, do_sample=False, eos_token_id=[])
+    st = out.stats
+    # Every call feeds the pending token + the drafts; near max_new_tokens a step drafts fewer.
+    assert st.target_positions == sum(k * c for k, c in enumerate(st.length_counts)) + st.target_calls
+    cal = CostModel.measure(target, draft, prompt_len=8, ks=(1, 5), repeats=2, warmup=1).calibrate(st)
+    assert cal.t_draft == pytest.approx(st.draft_time / st.draft_calls) and cal.t_overhead >= 0

@@ -11,7 +11,7 @@ def test_demo_json_summary_is_complete(capsys):
     summary = json.loads(capsys.readouterr().out)
     for key in ("per_position_acceptance", "mean_accepted_per_step", "mean_tokens_per_step",
                 "speculative_tokens_per_second", "plain_tokens_per_second", "measured_speedup",
-                "predicted_speedup"):
+                "predicted_speedup", "predicted_speedup_forwards", "calibrated_cost_model"):
         assert key in summary
     assert len(summary["texts"]) == 1 and summary["stats"]["new_tokens"] == 8
     assert summary["mean_tokens_per_step"] == summary["mean_accepted_per_step"] + 1
@@ -38,10 +38,14 @@ def test_bench_writes_json_markdown_and_pngs(tmp_path, capsys):
         assert row["tokens_per_second"] > 0
         if row["system"].startswith("exactspec"):
             assert row["predicted_speedup"] is not None and row["acceptance_rate"] is not None
+            assert row["predicted_speedup_forwards"] is not None
             assert all(v >= 0 for v in row["ms_per_step"].values()) and row["ms_per_step"]["target"] > 0
     md = (out / "bench.md").read_text()
     assert all(n in md for n in names)
     assert "Time per target call inside the loop" in md
+    # The loop-calibrated cost model came from its own untimed run and prices the loop's overhead.
+    cal = report["calibrated_cost_model"]
+    assert cal is not None and cal["t_overhead"] >= 0 and cal["metadata"]["calibrated_from"]["target_calls"] > 0
     for png in ("speedup.png", "acceptance.png", "predicted_vs_measured.png"):
         assert matplotlib.image.imread(out / png).ndim == 3
 

@@ -50,3 +50,18 @@ def test_greedy_is_deterministic_under_any_generator():
     b = verify(tp, None, drafts, method="greedy", generator=torch.Generator().manual_seed(2))
     assert torch.equal(a.accepted, b.accepted) and torch.equal(a.next_token, b.next_token)
     assert a.accepted.tolist() == [2, 4] * 4
+
+
+def test_greedy_on_logits_equals_greedy_on_probabilities():
+    # The decoding loop passes target logits to the greedy rule (it reads only the argmax): any logits,
+    # including negative ones and exact ties (lowest id wins on both sides), give the probabilities' verdict.
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn(16, 5, 9, generator=g) * 3 - 2
+    logits[::3, :, 4] = logits[::3].amax(-1)  # ties between id 4 and the previous maximum
+    drafts = logits[:, :4].argmax(-1)
+    drafts[1::2, 1] = (drafts[1::2, 1] + 2) % 9
+    lengths = torch.randint(0, 5, (16,), generator=g)
+    a = verify(logits, None, drafts, method="greedy", draft_lengths=lengths)
+    b = verify(torch.softmax(logits, -1), None, drafts, method="greedy", draft_lengths=lengths)
+    assert torch.equal(a.accepted, b.accepted) and torch.equal(a.next_token, b.next_token)
+    assert a.accepted.tolist() != [0] * 16  # not vacuous: some drafts are kept

@@ -3,6 +3,15 @@
 The paper's model charges ``gamma * c + 1`` target-steps per speculative step, i.e. it assumes verifying
 ``gamma + 1`` tokens costs as much as decoding one. On CPUs and small batches that is false (a 23M Llama on
 2 cores takes ~1.2-1.5x as long for 5 tokens as for 1), so we measure T_target(k) and use it instead.
+
+Two ways to obtain one:
+
+- :meth:`CostModel.measure` times bare forward passes of the two models (no decoding loop around them).
+- :meth:`CostModel.calibrate` re-prices it from a real run's :class:`~exactspec.stats.GenerationStats`:
+  ``t_draft`` becomes a draft step as it runs inside the loop (where the target's forward has just
+  evicted the draft's weights from the CPU caches), and ``t_overhead`` what the loop adds per step
+  beyond the forward passes (masks and positions, sampling, verification, KV-cache rollback). The
+  speedup predicted from a calibrated model is the one to hold against measured end-to-end speedups.
 """
 from __future__ import annotations
 
@@ -20,20 +29,18 @@ _FORMAT = "exactspec.CostModel/1"
 
 class CostModel:
     """Measured timings (seconds): ``t_draft`` per draft decoding step, ``target_times[k]`` per target
-    forward over k new tokens (with a KV cache over the prompt).
+    forward over k new tokens (with a KV cache over the prompt), ``t_overhead`` per speculative step for
+    everything that is not a forward pass (0 unless calibrated). A step drafting gamma tokens costs
+    ``gamma * t_draft + T_target(gamma + 1) + t_overhead``; plain decoding costs ``T_target(1)`` per token.
 
     ``t_target(k)`` interpolates the table linearly; beyond the largest measured k it extrapolates from the
     last two points (slope clamped at >= 0: verifying more tokens never gets cheaper); below the smallest
     measured k (only possible if the table lacks k = 1) it holds the first value.
     """
 
-    def __init__(self, t_draft: float, target_times: Mapping[int, float], metadata: Mapping | None = None):
-        try:
-            t_draft = float(t_draft)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"t_draft must be a number of seconds, got {t_draft!r}") from exc
-        if not math.isfinite(t_draft) or t_draft < 0:
-            raise ValueError(f"t_draft must be a finite non-negative number of seconds, got {t_draft!r}")
+    def __init__(self, t_draft: float, target_times: Mapping[int, float], metadata: Mapping | None = None,
+                 t_overhead: float = 0.0):
+        t_draft, t_overhead = _seconds(t_draft, "t_draft"), _seconds(t_overhead, "t_overhead")
         if not target_times:
             raise ValueError("target_times must contain at least one (k, seconds) entry")
         table: dict[int, float] = {}
@@ -48,15 +55,17 @@ class CostModel:
                 raise ValueError(f"target_times[{k!r}] must be a positive number of seconds, got {t!r}")
             table[int(kf)] = tf
         self.t_draft = t_draft
+        self.t_overhead = t_overhead
         self.target_times = dict(sorted(table.items()))
         self.metadata = dict(metadata or {})
 
     def __repr__(self) -> str:
-        return f"CostModel(t_draft={self.t_draft:.3g}, target_times={self.target_times})"
+        extra = f", t_overhead={self.t_overhead:.3g}" if self.t_overhead else ""
+        return f"CostModel(t_draft={self.t_draft:.3g}, target_times={self.target_times}{extra})"
 
     def __eq__(self, other) -> bool:
         return (isinstance(other, CostModel) and self.t_draft == other.t_draft
-                and self.target_times == other.target_times)
+                and self.target_times == other.target_times and self.t_overhead == other.t_overhead)
 
     # ------------------------------------------------------------------------------------ queries
     def t_target(self, k: float) -> float:
@@ -85,21 +94,45 @@ class CostModel:
         return self.t_draft / self.t_target(1)
 
     def step_time(self, gamma: int) -> float:
-        """Seconds of one speculative step: gamma draft steps, then one target call over gamma + 1 tokens."""
+        """Seconds of one speculative step: gamma draft steps, one target call over gamma + 1 tokens, and
+        the loop's own per-step overhead."""
         if isinstance(gamma, bool) or not float(gamma).is_integer() or gamma < 0:
             raise ValueError(f"gamma must be a non-negative integer, got {gamma!r}")
-        return gamma * self.t_draft + self.t_target(gamma + 1)
+        return gamma * self.t_draft + self.t_target(gamma + 1) + self.t_overhead
 
     def without_draft(self) -> "CostModel":
         """The same target timings with a free draft (t_draft = 0): the cost of a model-free drafter such
         as prompt lookup, whose n-gram search is negligible next to a target call."""
-        return CostModel(0.0, self.target_times, self.metadata)
+        return CostModel(0.0, self.target_times, self.metadata, self.t_overhead)
+
+    def calibrate(self, stats) -> "CostModel":
+        """This model re-priced from a real run (`stats`: a GenerationStats, or a list merged together).
+
+        ``t_draft`` becomes the run's draft time per draft call; ``t_overhead`` the run's target + verification
+        time per target call minus what the bare forwards cost, ``T_target(mean width)``, where the mean width
+        is the positions fed per target call. ``target_times`` stay the bare forwards: plain decoding is
+        priced by ``T_target(1)``. Raises ValueError for a run without target calls.
+        """
+        from exactspec.stats import GenerationStats
+
+        if isinstance(stats, (list, tuple)):
+            stats = GenerationStats.merge(stats)
+        if not stats.target_calls or not stats.target_positions:
+            raise ValueError("calibrate needs the statistics of a run with at least one target call")
+        calls = stats.target_calls
+        t_draft = stats.draft_time / stats.draft_calls if stats.draft_calls else self.t_draft
+        width = stats.target_positions / calls
+        overhead = max(0.0, (stats.target_time + stats.verify_time) / calls - self.t_target(width))
+        meta = {**self.metadata, "calibrated_from": {"target_calls": calls, "draft_calls": stats.draft_calls,
+                                                     "mean_target_width": width}}
+        return CostModel(t_draft, self.target_times, meta, overhead)
 
     # ---------------------------------------------------------------------------- serialisation
     def to_dict(self) -> dict[str, Any]:
         return {
             "format": _FORMAT,
             "t_draft": self.t_draft,
+            "t_overhead": self.t_overhead,
             "target_times": {str(k): t for k, t in self.target_times.items()},  # JSON keys are strings
             "metadata": self.metadata,
         }
@@ -110,7 +143,7 @@ class CostModel:
             raise ValueError("cost model dict needs keys 't_draft' and 'target_times'")
         if not isinstance(d["target_times"], Mapping):
             raise ValueError("target_times must be a mapping from k to seconds")
-        return cls(d["t_draft"], d["target_times"], d.get("metadata"))
+        return cls(d["t_draft"], d["target_times"], d.get("metadata"), d.get("t_overhead", 0.0))
 
     def save(self, path: str | os.PathLike) -> None:
         with open(path, "w", encoding="utf-8") as fh:
@@ -186,6 +219,16 @@ class CostModel:
             "torch_version": torch.__version__,
         }
         return cls(t_draft, target_times, metadata)
+
+
+def _seconds(v, name: str) -> float:
+    try:
+        v = float(v)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must be a number of seconds, got {v!r}") from exc
+    if not math.isfinite(v) or v < 0:
+        raise ValueError(f"{name} must be a finite non-negative number of seconds, got {v!r}")
+    return v
 
 
 def _vocab_size(model) -> int:

@@ -315,14 +315,14 @@ class SpeculativeGenerator:
             logits = target.forward(inp, pos <= draft.lengths[:, None])  # [B, K+1, V]
             _sync(device)
             t2 = time.perf_counter()
-            p_target = spec.probs(logits)  # [B, K+1, V]
-            if spec.greedy:  # on one-hot targets every rule is the greedy rule, which never reads q
-                verdict = verify(p_target, None, draft.tokens, method="greedy", draft_lengths=draft.lengths)
+            if spec.greedy:  # on one-hot targets every rule is the greedy rule, which never reads q;
+                # it reads only the argmax, so the logits serve as they are (same lowest-id tie rule)
+                verdict = verify(logits, None, draft.tokens, method="greedy", draft_lengths=draft.lengths)
             else:
                 q = draft.probs if draft.probs is not None else \
                     F.one_hot(draft.tokens, spec.vocab_size).float()  # [B, K, V]
-                verdict = verify(p_target, q, draft.tokens, method=method, draft_lengths=draft.lengths,
-                                 generator=spec.generator)
+                verdict = verify(spec.probs(logits), q, draft.tokens, method=method,
+                                 draft_lengths=draft.lengths, generator=spec.generator)
             n, nxt = verdict.accepted, verdict.next_token
             emitted = torch.cat([draft.tokens, torch.zeros_like(pending)[:, None]], 1)
             emitted.scatter_(1, n[:, None], nxt[:, None])  # [B, K+1]: d_1..d_n, then the bonus token

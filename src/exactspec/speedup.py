@@ -142,20 +142,25 @@ def expected_tokens(alpha, gamma: int):
     return _out(_expected_tokens_array(_check_alpha(alpha), _check_gamma(gamma)))
 
 
-def _step_cost(cost, gamma: int):
-    """Time of one speculative step in units of one plain decoding step (T_target(1))."""
+def _step_cost(cost, gamma: int, in_loop: bool | None = None):
+    """Time of one speculative step in units of one plain decoding step (T_target(1)).
+
+    A calibrated CostModel adds its per-step loop overhead to every step of the speculative loop
+    (`in_loop`, by default gamma > 0: gamma = 0 alone means plain decoding, which runs no such loop).
+    """
     if isinstance(cost, float):
         return gamma * cost + 1.0
     t1 = cost.t_target(1)
-    return (gamma * cost.t_draft + cost.t_target(gamma + 1)) / t1
+    overhead = getattr(cost, "t_overhead", 0.0) if (gamma > 0 if in_loop is None else in_loop) else 0.0
+    return (gamma * cost.t_draft + cost.t_target(gamma + 1) + overhead) / t1
 
 
 def walltime_speedup(alpha, gamma: int, cost):
     """Expected wall-clock speedup over plain decoding.
 
     Scalar ``cost = c``: (1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + 1))  (Leviathan et al., Thm 3.8).
-    ``CostModel``: E * T_target(1) / (gamma * t_draft + T_target(gamma + 1)), with measured T_target(k).
-    ``gamma = 0`` is plain decoding (speedup 1 with either cost). Float, or array of shape alpha.shape[:-1].
+    ``CostModel``: E * T_target(1) / (gamma * t_draft + T_target(gamma + 1) + t_overhead), with measured
+    T_target(k) (t_overhead is 0 unless the model was calibrated on a run). ``gamma = 0`` is plain decoding (speedup 1 with either cost). Float, or array of shape alpha.shape[:-1].
     """
     a = _check_alpha(alpha)
     g = _check_gamma(gamma)
@@ -169,7 +174,7 @@ def mixed_length_speedup(alpha, length_counts, cost) -> float:
     What a run actually does: near ``max_new_tokens`` a step drafts fewer tokens, and a model-free drafter
     drafts nothing when it finds no match. With weights w_k = length_counts[k] / sum(length_counts):
     E = sum_k w_k E(alpha_1..alpha_k) tokens per step, at a mean step time of
-    sum_k w_k (k t_draft + T_target(k + 1)), so the speedup is E * T_target(1) / that time.
+    sum_k w_k (k t_draft + T_target(k + 1) + t_overhead), so the speedup is E * T_target(1) / that time.
     ``alpha``: scalar or per-position rates (as in :func:`expected_tokens`); ``cost``: c or a CostModel.
     """
     a = _check_alpha(alpha)
@@ -181,7 +186,8 @@ def mixed_length_speedup(alpha, length_counts, cost) -> float:
                          f"got {length_counts!r}")
     w = counts / counts.sum()
     tokens = sum(wk * _expected_tokens_array(a, k) for k, wk in enumerate(w) if wk > 0)
-    time = sum(wk * _step_cost(c, k) for k, wk in enumerate(w) if wk > 0)
+    # A step that drafted nothing (no lookup match) is still a step of the loop, overhead included.
+    time = sum(wk * _step_cost(c, k, in_loop=True) for k, wk in enumerate(w) if wk > 0)
     return _out(tokens / time)
 
 

@@ -31,6 +31,8 @@ class GenerationStats:
         gamma_history: gamma used at each step (constant unless gamma="auto").
         length_counts[k]: row-steps that drafted k tokens (k < gamma near max_new_tokens, or when a
             model-free drafter found nothing), so predictions can weigh each draft length.
+        target_positions: positions fed to the target over all target calls (K + 1 per call, K the
+            longest draft of the batch), so a cost model can price the calls (CostModel.calibrate).
     """
 
     target_calls: int = 0
@@ -43,6 +45,7 @@ class GenerationStats:
     position_accepted: list[int] = field(default_factory=list)
     gamma_history: list[int] = field(default_factory=list)
     length_counts: list[int] = field(default_factory=list)
+    target_positions: int = 0
     prefill_time: float = 0.0
     draft_time: float = 0.0
     target_time: float = 0.0
@@ -104,6 +107,7 @@ class GenerationStats:
     def record_step(self, draft_lengths: torch.Tensor, accepted: torch.Tensor) -> None:
         """Count one verification: `draft_lengths [B]`, `accepted [B]` (int64) for the rows taking part."""
         self.target_calls += 1
+        self.target_positions += (int(draft_lengths.max()) if draft_lengths.numel() else 0) + 1
         self.row_steps += int(draft_lengths.numel())
         self.drafted_tokens += int(draft_lengths.sum())
         self.accepted_tokens += int(accepted.sum())
