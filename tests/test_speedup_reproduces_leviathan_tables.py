@@ -12,7 +12,7 @@ reproduces that expected column. None of these values were computed by the code 
 """
 import pytest
 
-from exactspec import expected_tokens, optimal_gamma, walltime_speedup
+from exactspec import walltime_speedup
 
 C = {"T5-small": 0.02, "T5-base": 0.04, "T5-large": 0.11}
 

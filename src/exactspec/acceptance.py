@@ -14,7 +14,6 @@ Positions: ``p_i = p(. | x_1..x_i)`` is the distribution of the (i+1)-th drafted
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Callable
 
 import numpy as np

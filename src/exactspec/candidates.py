@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import torch
 
 from exactspec.sampling import sample_from_probs
-from exactspec.rules import _check_rows, _to32, residual_or_p, token_accept_prob
+from exactspec.checks import _check_rows, _to32
+from exactspec.rules import residual_or_p, token_accept_prob
 
 __all__ = [
     "SCHEMES", "verify_candidates", "TokenTree", "TreeVerdict", "verify_tree",

@@ -4,7 +4,6 @@ Thin: parses arguments, calls exactspec.speedup / exactspec.costmodel, and forma
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 
