@@ -9,6 +9,8 @@ on Llama, GPT-2 and Qwen2.
 """
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -67,3 +69,14 @@ def test_greedy_flag_variants_agree():
             gen.generate(ids, mask, method="greedy", **kw).sequences]
     for o in outs:
         assert o[:, ids.shape[1]:].tolist() == refs
+
+
+@pytest.mark.parametrize("draft_dtype", [torch.float32, torch.bfloat16])
+def test_greedy_with_a_lower_precision_draft_equals_target_generate(draft_dtype):
+    """The draft may run in another dtype than the (float64) target: only its proposals change."""
+    target, draft, refs = _pair("llama")
+    gen = SpeculativeGenerator(target, copy.deepcopy(draft).to(draft_dtype))
+    ids, mask = left_padded(PROMPTS)
+    out = gen.generate(ids, mask, max_new_tokens=N_NEW, do_sample=False, gamma=4, eos_token_id=[], pad_token_id=0)
+    assert out.sequences[:, ids.shape[1]:].tolist() == refs
+    assert 0 < out.stats.accepted_tokens < out.stats.drafted_tokens

@@ -65,6 +65,9 @@ CASES = {
     "token-draft-head-larger": dict(method="token", transform={}, vt=8, vd=12),
     "block-target-head-larger": dict(method="block", transform=dict(top_p=0.95), vt=12, vd=8),
     "token-prompt-lookup": dict(method="token", transform=dict(temperature=0.8), vt=8, vd=None),
+    # A bf16 draft under an fp32 target: q comes from coarser logits, but verification reads the very
+    # q the tokens were drawn from, so the output is still exactly the target's.
+    "token-bf16-draft": dict(method="token", transform=dict(temperature=0.9), vt=8, vd=8, draft_dtype=torch.bfloat16),
 }
 
 
@@ -72,7 +75,7 @@ CASES = {
 def test_speculative_sampling_matches_exact_target_distribution(case):
     c = CASES[case]
     target = _lm(c["vt"], seed=0)
-    gen = SpeculativeGenerator(target, _lm(c["vd"], seed=1)) if c["vd"] else \
+    gen = SpeculativeGenerator(target, _lm(c["vd"], seed=1).to(c.get("draft_dtype", torch.float32))) if c["vd"] else \
         SpeculativeGenerator(target, drafter="prompt_lookup")
     prompts = [p for p in PROMPTS for _ in range(ROWS_PER_PROMPT)]
     if c["vd"] is None:  # prompt lookup: fewer rows (python n-gram search), repetitive prompts

@@ -122,7 +122,9 @@ class SpeculativeGenerator:
 
     Args:
         target: a transformers causal LM (Llama, Qwen2, GPT-2, ... any full-attention KV-cache model).
-        draft: a smaller causal LM sharing the target's tokenizer (lm-head widths may differ by padding).
+        draft: a smaller causal LM sharing the target's tokenizer (lm-head widths may differ by padding),
+            on the target's device; its dtype may differ (e.g. a bf16 draft for an fp32 target): its
+            distributions are taken in fp32, and exactness never depends on how good q is.
         drafter: instead of `draft`: ``"prompt_lookup"`` or a drafter object (e.g.
             ``PromptLookupDrafter(max_ngram=3, max_draft=10)``).
         cost_model: a :class:`exactspec.CostModel` for ``gamma="auto"``; measured once per pair (and
@@ -147,8 +149,6 @@ class SpeculativeGenerator:
             _check_causal_lm(draft, "draft")
             if draft.device != target.device:
                 raise ValueError(f"draft is on {draft.device} but target is on {target.device}")
-            if draft.dtype != target.dtype:
-                raise ValueError(f"draft dtype {draft.dtype} differs from target dtype {target.dtype}")
             drafter = DraftModelDrafter(draft)
         for name, model in (("target", target), ("draft", draft)):
             if model is not None and model.training:  # dropout would make outputs random and inexact

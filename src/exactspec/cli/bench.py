@@ -51,6 +51,8 @@ def run(args: argparse.Namespace) -> int:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
+    # transformers' assisted generation warns about the arguments it passes itself; not the user's concern.
+    hf_logging.set_verbosity_error()
     target, draft, tokenizer = _load(args)
     if args.prompts:
         with open(args.prompts, encoding="utf-8") as fh:
@@ -70,6 +72,9 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report))
     else:
-        console.print(Markdown(bench_markdown(report)))
+        md = bench_markdown(report)
+        # A terminal gets the rendered table; a pipe or file gets the Markdown itself (an 80-column
+        # rendering of a 10-column table is unreadable, the Markdown is not).
+        console.print(Markdown(md)) if console.is_terminal else print(md)
         console.print(f"wrote {', '.join(str(p) for p in paths)}")
     return 0
