@@ -42,15 +42,34 @@ def test_auto_gamma_grows_with_high_acceptance_and_shrinks_with_low():
     cheap = CostModel(t_draft=0.001, target_times={1: 0.010, 16: 0.012})
     ids, mask = left_padded(PROMPTS)
     kw = dict(max_new_tokens=40, do_sample=False, gamma="auto", eos_token_id=[], pad_token_id=0)
-    good = SpeculativeGenerator(target, copy.deepcopy(target), cost_model=cheap, max_gamma=8)
+    # calibrate=False: this test is about acceptance, so the (fictitious) cheap draft is priced as given.
+    good = SpeculativeGenerator(target, copy.deepcopy(target), cost_model=cheap, max_gamma=8, calibrate=False)
     hist = good.generate(ids, mask, **kw).stats.gamma_history
     assert hist[-1] == 8 and hist[0] < 8  # acceptance 1: gamma climbs to its maximum
     bad_draft = tiny_lm("llama", seed=99, init=1.0)  # unrelated and peaked: almost never agrees
-    bad = SpeculativeGenerator(target, bad_draft, cost_model=cheap, max_gamma=8)
+    bad = SpeculativeGenerator(target, bad_draft, cost_model=cheap, max_gamma=8, calibrate=False)
     stats = bad.generate(ids, mask, **kw).stats
     assert stats.acceptance_rate < 0.2
     assert stats.gamma_history[-1] < stats.gamma_history[0]
     assert stats.gamma_history[-1] <= 2
+
+
+def test_auto_gamma_prices_the_loop_from_the_runs_own_timings():
+    """After AUTO_CALIBRATE_AFTER target calls, gamma="auto" re-prices the cost model from the run: a draft
+    that the cost model calls free but that took 2 target-steps per call inside the loop gets gamma 1."""
+    from exactspec.decoding import AUTO_CALIBRATE_AFTER
+    from exactspec.stats import GenerationStats
+
+    target, draft = _models()
+    free = CostModel(t_draft=0.0, target_times={1: 0.010, 16: 0.010})
+    n = AUTO_CALIBRATE_AFTER
+    st = GenerationStats(target_calls=n, draft_calls=4 * n, target_positions=5 * n, draft_time=4 * n * 0.020,
+                         target_time=n * 0.010, position_drafted=[n] * 4, position_accepted=[int(0.9 * n)] * 4)
+    as_given = SpeculativeGenerator(target, draft, cost_model=free, max_gamma=8, calibrate=False)
+    calibrated = SpeculativeGenerator(target, draft, cost_model=free, max_gamma=8)
+    assert as_given._next_gamma("auto", st) == 8 and calibrated._next_gamma("auto", st) == 1
+    early = GenerationStats(**{**vars(st), "target_calls": n - 1})  # too few steps yet: priced as given
+    assert calibrated._next_gamma("auto", early) == 8
 
 
 def test_auto_gamma_measures_the_cost_model_once_per_pair():

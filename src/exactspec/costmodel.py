@@ -110,7 +110,8 @@ class CostModel:
 
         ``t_draft`` becomes the run's draft time per draft call; ``t_overhead`` the run's target + verification
         time per target call minus what the bare forwards cost, ``T_target(mean width)``, where the mean width
-        is the positions fed per target call. ``target_times`` stay the bare forwards: plain decoding is
+        is the positions fed per target call. A run without draft-model calls (a model-free drafter) keeps
+        ``t_draft`` and counts its drafting time as per-step overhead. ``target_times`` stay the bare forwards: plain decoding is
         priced by ``T_target(1)``. Raises ValueError for a run without target calls.
         """
         from exactspec.stats import GenerationStats
@@ -120,9 +121,13 @@ class CostModel:
         if not stats.target_calls or not stats.target_positions:
             raise ValueError("calibrate needs the statistics of a run with at least one target call")
         calls = stats.target_calls
-        t_draft = stats.draft_time / stats.draft_calls if stats.draft_calls else self.t_draft
         width = stats.target_positions / calls
-        overhead = max(0.0, (stats.target_time + stats.verify_time) / calls - self.t_target(width))
+        per_step = stats.target_time + stats.verify_time
+        if stats.draft_calls:
+            t_draft = stats.draft_time / stats.draft_calls
+        else:  # a model-free drafter (prompt lookup): its search is a per-step cost, not per token
+            t_draft, per_step = self.t_draft, per_step + stats.draft_time
+        overhead = max(0.0, per_step / calls - self.t_target(width))
         meta = {**self.metadata, "calibrated_from": {"target_calls": calls, "draft_calls": stats.draft_calls,
                                                      "mean_target_width": width}}
         return CostModel(t_draft, self.target_times, meta, overhead)

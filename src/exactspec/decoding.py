@@ -34,6 +34,7 @@ __all__ = ["SpeculativeGenerator", "GenerationOutput", "StreamStep", "Generation
 METHODS = ("token", "block", "greedy")
 # Cost models measured once per (target, draft) pair for gamma="auto"; weak refs so models can be freed.
 _COST_MODELS: dict[tuple[int, int], tuple] = {}
+AUTO_CALIBRATE_AFTER = 4  # target calls of a run before gamma="auto" prices the loop from its own timings
 
 
 @dataclass
@@ -130,12 +131,15 @@ class SpeculativeGenerator:
         cost_model: a :class:`exactspec.CostModel` for ``gamma="auto"``; measured once per pair (and
             cached) when omitted.
         max_gamma: largest gamma ``gamma="auto"`` may choose.
+        calibrate: with ``gamma="auto"``, after ``AUTO_CALIBRATE_AFTER`` target calls re-price the cost
+            model from the run's own timings (:meth:`CostModel.calibrate`: draft steps as they cost inside
+            the loop, plus the loop's per-step overhead). ``False`` uses `cost_model` exactly as given.
         tokenizer, draft_tokenizer: optional; when both are given their vocabularies must agree
             (see :meth:`check_tokenizers`).
     """
 
     def __init__(self, target, draft=None, *, drafter=None, cost_model=None, max_gamma: int = 12,
-                 tokenizer=None, draft_tokenizer=None):
+                 calibrate: bool = True, tokenizer=None, draft_tokenizer=None):
         _check_causal_lm(target, "target")
         if tokenizer is not None and draft_tokenizer is not None:
             self.check_tokenizers(tokenizer, draft_tokenizer)
@@ -158,7 +162,7 @@ class SpeculativeGenerator:
         if isinstance(max_gamma, bool) or not isinstance(max_gamma, int) or max_gamma < 1:
             raise ValueError(f"max_gamma must be an integer >= 1, got {max_gamma!r}")
         self.target, self.draft, self.drafter = target, draft, drafter
-        self.cost_model, self.max_gamma = cost_model, max_gamma
+        self.cost_model, self.max_gamma, self.calibrate = cost_model, max_gamma, bool(calibrate)
 
     @staticmethod
     def check_tokenizers(tokenizer, draft_tokenizer) -> None:
@@ -275,7 +279,12 @@ class SpeculativeGenerator:
             return gamma
         from exactspec.speedup import optimal_gamma
 
-        best, _ = optimal_gamma(stats.smoothed_alphas(self.max_gamma), self._cost_model(), self.max_gamma)
+        cost = self._cost_model()
+        if self.calibrate and stats.target_calls >= AUTO_CALIBRATE_AFTER:
+            # Price the loop as it runs (draft steps with caches the target just evicted, the per-step
+            # overhead), not bare forward passes: see CostModel.calibrate.
+            cost = cost.calibrate(stats)
+        best, _ = optimal_gamma(stats.smoothed_alphas(self.max_gamma), cost, self.max_gamma)
         return int(best)
 
     # ------------------------------------------------------------------------------------ loop
