@@ -54,6 +54,19 @@ def test_auto_gamma_grows_with_high_acceptance_and_shrinks_with_low():
     assert stats.gamma_history[-1] <= 2
 
 
+def test_auto_gamma_starts_a_run_from_the_acceptance_of_earlier_runs():
+    target, _ = _models()
+    cheap = CostModel(t_draft=0.001, target_times={1: 0.010, 16: 0.012})
+    ids, mask = left_padded(PROMPTS[:1])
+    kw = dict(max_new_tokens=30, do_sample=False, gamma="auto", eos_token_id=[], pad_token_id=0)
+    gen = SpeculativeGenerator(target, copy.deepcopy(target), cost_model=cheap, max_gamma=8, calibrate=False)
+    first = gen.generate(ids, mask, **kw).stats.gamma_history
+    second = gen.generate(ids, mask, **kw).stats.gamma_history
+    assert first[0] < 8 and second[0] == 8  # the second run knows the draft always agrees
+    fresh = SpeculativeGenerator(target, copy.deepcopy(target), cost_model=cheap, max_gamma=8, calibrate=False)
+    assert fresh.generate(ids, mask, **kw).stats.gamma_history == first  # per generator, not global
+
+
 def test_auto_gamma_prices_the_loop_from_the_runs_own_timings():
     """After AUTO_CALIBRATE_AFTER target calls, gamma="auto" re-prices the cost model from the run: a draft
     that the cost model calls free but that took 2 target-steps per call inside the loop gets gamma 1."""

@@ -130,7 +130,8 @@ class SpeculativeGenerator:
             ``PromptLookupDrafter(max_ngram=3, max_draft=10)``).
         cost_model: a :class:`exactspec.CostModel` for ``gamma="auto"``; measured once per pair (and
             cached) when omitted.
-        max_gamma: largest gamma ``gamma="auto"`` may choose.
+        max_gamma: largest gamma ``gamma="auto"`` may choose. ``gamma="auto"`` starts each run from the
+            per-position acceptance its earlier runs measured (the first run from a neutral guess).
         calibrate: with ``gamma="auto"``, after ``AUTO_CALIBRATE_AFTER`` target calls re-price the cost
             model from the run's own timings (:meth:`CostModel.calibrate`: draft steps as they cost inside
             the loop, plus the loop's per-step overhead). ``False`` uses `cost_model` exactly as given.
@@ -163,6 +164,9 @@ class SpeculativeGenerator:
             raise ValueError(f"max_gamma must be an integer >= 1, got {max_gamma!r}")
         self.target, self.draft, self.drafter = target, draft, drafter
         self.cost_model, self.max_gamma, self.calibrate = cost_model, max_gamma, bool(calibrate)
+        # Per-position acceptance carried from one run to the next, so gamma="auto" starts a run from what
+        # earlier runs of this generator measured instead of from a blind guess.
+        self._alpha_prior: list[float] | None = None
 
     @staticmethod
     def check_tokenizers(tokenizer, draft_tokenizer) -> None:
@@ -284,7 +288,8 @@ class SpeculativeGenerator:
             # Price the loop as it runs (draft steps with caches the target just evicted, the per-step
             # overhead), not bare forward passes: see CostModel.calibrate.
             cost = cost.calibrate(stats)
-        best, _ = optimal_gamma(stats.smoothed_alphas(self.max_gamma), cost, self.max_gamma)
+        best, _ = optimal_gamma(stats.smoothed_alphas(self.max_gamma, prior=self._alpha_prior), cost,
+                                self.max_gamma)
         return int(best)
 
     # ------------------------------------------------------------------------------------ loop
@@ -374,6 +379,8 @@ class SpeculativeGenerator:
                     pending = pending[rows_kept]
             active = active[keep]
             stats.verify_time += time.perf_counter() - t3
+        if gamma == "auto" and stats.target_calls:
+            self._alpha_prior = stats.smoothed_alphas(self.max_gamma, prior=self._alpha_prior)
         new_len = int(n_gen.max()) if b else 0
         stats.new_tokens = int(n_gen.sum())
         stats.total_time = time.perf_counter() - t_start - suspended
