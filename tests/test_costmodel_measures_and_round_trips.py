@@ -148,3 +148,38 @@ def test_calibrate_on_a_real_run_counts_positions_fed():
     assert st.target_positions == sum(k * c for k, c in enumerate(st.length_counts)) + st.target_calls
     cal = CostModel.measure(target, draft, prompt_len=8, ks=(1, 5), repeats=2, warmup=1).calibrate(st)
     assert cal.t_draft == pytest.approx(st.draft_time / st.draft_calls) and cal.t_overhead >= 0
+
+
+def test_calibrate_against_measured_plain_decoding_shifts_the_table():
+    from exactspec.stats import GenerationStats
+
+    bare = CostModel(0.001, {1: 0.010, 5: 0.014})
+    st = GenerationStats(target_calls=10, draft_calls=40, target_positions=50, draft_time=0.060,
+                         target_time=0.170, verify_time=0.008)
+    cal = bare.calibrate(st, plain_time=0.012)  # plain decoding ran at 12 ms per token, not the bare 10
+    assert cal.t_target(1) == pytest.approx(0.012) and cal.t_target(5) == pytest.approx(0.016)
+    assert cal.t_overhead == pytest.approx((0.170 + 0.008) / 10 - 0.016)
+    assert cal.step_time(4) == pytest.approx(bare.calibrate(st).step_time(4))  # the step itself is unchanged
+    for bad in (-0.001, float("inf"), 0.0001):  # 0.1 ms cannot be this target's step (table would go <= 0)
+        with pytest.raises(ValueError, match="plain_time"):
+            bare.calibrate(st, plain_time=bad)
+
+
+def test_end_to_end_speedup_adds_the_prefills():
+    from exactspec import end_to_end_speedup, mixed_length_speedup
+
+    cm = CostModel(0.002, {1: 0.010, 5: 0.014}, t_overhead=0.001)
+    # alpha = .5, always 4 drafted: E = 1.9375 tokens per 0.023 s step.
+    n = 64
+    want = (0.020 + 63 * 0.010) / (0.030 + n / 1.9375 * 0.023)
+    assert end_to_end_speedup(0.5, [0, 0, 0, 0, 1], cm, n, prefill_plain=0.020, prefill_spec=0.030) \
+        == pytest.approx(want)
+    # Without prefills and for long generations it tends to the per-step speedup.
+    assert end_to_end_speedup(0.5, [0, 0, 0, 0, 1], cm, 10**7) == pytest.approx(
+        mixed_length_speedup(0.5, [0, 0, 0, 0, 1], cm), rel=1e-5)
+    with pytest.raises(ValueError, match="CostModel"):
+        end_to_end_speedup(0.5, [0, 1], 0.1, 10)
+    with pytest.raises(ValueError, match="n_tokens"):
+        end_to_end_speedup(0.5, [0, 1], cm, 0)
+    with pytest.raises(ValueError, match="prefill_spec"):
+        end_to_end_speedup(0.5, [0, 1], cm, 10, prefill_spec=-1.0)

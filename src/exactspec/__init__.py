@@ -35,6 +35,7 @@ _EXPORTS = {
     "speedup_limit": "speedup",
     "ops_factor": "speedup",
     "mixed_length_speedup": "speedup",
+    "end_to_end_speedup": "speedup",
     "speculation_helps": "speedup",
     "expected_accepted_token_rule": "acceptance",
     "expected_accepted_block": "acceptance",

@@ -26,6 +26,7 @@ from exactspec.sampling import probs_from_logits, sample_from_probs
 from exactspec.stats import GenerationStats
 
 BASELINE = "target (HF generate)"
+LOOP = "target (exactspec loop)"
 
 
 @dataclass
@@ -64,16 +65,20 @@ def _batches(tokenizer, prompts: list[str], batch_size: int) -> list[tuple[torch
 
 
 @torch.inference_mode()
-def target_alone_loop(target, input_ids, attention_mask, *, max_new_tokens, temperature, seed):
+def target_alone_loop(target, input_ids, attention_mask, *, max_new_tokens, temperature, seed, timings=None):
     """Plain autoregressive decoding with exactspec's own sampling path and an HF KV cache.
 
     The baseline the cost model assumes (one target call of one token per new token), to separate the
-    speedup of speculation from the overhead of our Python loop.
+    speedup of speculation from the overhead of our Python loop. `timings` (a dict), if given, receives
+    the seconds of the prefill under "prefill".
     """
     gen = torch.Generator().manual_seed(seed)
     mask = attention_mask
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    t0 = time.perf_counter()
     out = target(input_ids=input_ids, attention_mask=mask, position_ids=pos, use_cache=True)
+    if timings is not None:
+        timings["prefill"] = time.perf_counter() - t0
     cache, tokens = out.cache, []
     for step in range(max_new_tokens):
         probs = probs_from_logits(out.logits[:, -1], temperature=temperature)  # [B, V]
@@ -126,7 +131,7 @@ def build_systems(target, draft, tokenizer, cfg: BenchConfig, cost_model) -> dic
 
     systems = {
         BASELINE: hf,
-        "target (exactspec loop)": loop,
+        LOOP: loop,
         f"HF assisted (γ={gamma_n})": lambda ids, mask, seed: hf(
             ids, mask, seed, assistant_model=draft, num_assistant_tokens=gamma_n,
             num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.0),
@@ -143,18 +148,23 @@ def build_systems(target, draft, tokenizer, cfg: BenchConfig, cost_model) -> dic
     return systems
 
 
-def predicted_speedup(name: str, stats, cost_model) -> float | None:
+def predicted_speedup(name: str, stats, cost_model, prefill: dict | None = None) -> float | None:
     """Cost-model prediction from a run's measured per-position acceptance and the lengths it drafted
     (`stats`: merged GenerationStats; see `exactspec.speedup.mixed_length_speedup`); None if nothing
-    was drafted."""
-    from exactspec.speedup import mixed_length_speedup
+    was drafted. With `prefill` ({"plain", "spec": seconds per call, "n_tokens": per row}) the prediction
+    is end to end, prefills included (`exactspec.speedup.end_to_end_speedup`), like the measured tokens/s."""
+    from exactspec.speedup import end_to_end_speedup, mixed_length_speedup
 
     alphas = [a / d for a, d in zip(stats.position_accepted, stats.position_drafted) if d]
     if not alphas or not sum(stats.length_counts):
         return None
     if "prompt lookup" in name:  # a model-free drafter costs (almost) nothing per token
         cost_model = cost_model.without_draft()
-    return float(mixed_length_speedup(alphas, stats.length_counts, cost_model))
+    if prefill is None:
+        return float(mixed_length_speedup(alphas, stats.length_counts, cost_model))
+    spec = prefill["spec_lookup"] if "prompt lookup" in name else prefill["spec"]
+    return float(end_to_end_speedup(alphas, stats.length_counts, cost_model, prefill["n_tokens"],
+                                    prefill_plain=prefill["plain"], prefill_spec=spec))
 
 
 def run_bench(target, draft, tokenizer, cfg: BenchConfig, progress=None) -> dict:
@@ -173,7 +183,7 @@ def run_bench(target, draft, tokenizer, cfg: BenchConfig, progress=None) -> dict
     total, done = cfg.repeats * len(batches) * len(systems), 0
     for fn in systems.values():  # warm-up: first calls pay for allocation and lazy initialisation
         fn(*batches[0], cfg.seed)
-    loop_cost = _calibrated(systems, batches, cfg, cost_model)
+    loop_cost, prefill = _calibrated(target, systems, batches, cfg, cost_model)
     for r in range(cfg.repeats):
         totals = {name: [0.0, 0] for name in systems}
         for b, (ids, mask) in enumerate(batches):
@@ -190,22 +200,42 @@ def run_bench(target, draft, tokenizer, cfg: BenchConfig, progress=None) -> dict
         for name, (t, n) in totals.items():
             results[name].times.append(t)
             results[name].tokens.append(n)
-    return _report(results, cfg, cost_model, loop_cost)
+    return _report(results, cfg, cost_model, loop_cost, prefill)
 
 
-def _calibrated(systems: dict, batches, cfg: BenchConfig, cost_model):
-    """The cost model re-priced on one untimed run of an exactspec draft-model system over every prompt
-    batch (seeds apart from the timed runs'), or None when no such system runs."""
+def _calibrated(target, systems: dict, batches, cfg: BenchConfig, cost_model):
+    """(the cost model re-priced on an untimed pass over every prompt batch, seeds apart from the timed
+    runs'; the prefill seconds per call of plain and speculative decoding), or (None, None) when no
+    exactspec draft-model system runs.
+
+    The pass interleaves, batch by batch, an exactspec draft-model system (its statistics price a draft
+    step and the per-step overhead inside the loop) with our target-alone loop (its time per token prices
+    plain decoding), so a machine that speeds up or slows down shifts both sides alike, as in the timed runs.
+    """
     name = next((k for k in systems if k.startswith("exactspec") and "lookup" not in k and "auto" not in k), None)
     if name is None:
-        return None
-    stats = [systems[name](ids, mask, cfg.seed - 1 - b)[1] for b, (ids, mask) in enumerate(batches)]
-    return cost_model.calibrate(stats)
+        return None, None
+    stats, plain_s, plain_prefill, n = [], 0.0, 0.0, cfg.max_new_tokens
+    for b, (ids, mask) in enumerate(batches):
+        stats.append(systems[name](ids, mask, cfg.seed - 1 - b)[1])
+        timings: dict = {}
+        t0 = time.perf_counter()
+        target_alone_loop(target, ids, mask, max_new_tokens=n, temperature=cfg.temperature,
+                          seed=cfg.seed - 1 - b, timings=timings)
+        plain_s += time.perf_counter() - t0
+        plain_prefill += timings["prefill"]
+    # One decoding step of plain decoding (the batch's step when batch_size > 1); the prefill gives the
+    # first token, so a call of n tokens takes n - 1 steps.
+    plain_time = (plain_s - plain_prefill) / (len(batches) * (n - 1)) if n > 1 else None
+    prefill = {"plain": plain_prefill / len(batches), "spec": sum(s.prefill_time for s in stats) / len(stats),
+               "n_tokens": n}
+    prefill["spec_lookup"] = prefill["plain"]  # prompt lookup prefills the target alone, like plain decoding
+    return cost_model.calibrate(stats, plain_time=plain_time), prefill
 
 
-def _report(results: dict[str, SystemResult], cfg: BenchConfig, cost_model, loop_cost=None) -> dict:
+def _report(results: dict[str, SystemResult], cfg: BenchConfig, cost_model, loop_cost=None, prefill=None) -> dict:
     base = results[BASELINE].tokens_per_second
-    loop = results.get("target (exactspec loop)")
+    loop = results.get(LOOP)
     assisted = next((r for k, r in results.items() if k.startswith("HF assisted")), None)
     rows = []
     for name, res in results.items():
@@ -222,7 +252,7 @@ def _report(results: dict[str, SystemResult], cfg: BenchConfig, cost_model, loop
             "mean_tokens_per_step": st.mean_tokens_per_step if st else None,
             "per_position_acceptance": [a / d if d else None for a, d in
                                         zip(st.position_accepted, st.position_drafted)] if st else [],
-            "predicted_speedup": predicted_speedup(name, st, loop_cost) if st and loop_cost else None,
+            "predicted_speedup": predicted_speedup(name, st, loop_cost, prefill) if st and loop_cost else None,
             "predicted_speedup_forwards": predicted_speedup(name, st, cost_model) if st else None,
             # Where a step's time goes inside the loop (ms per target call): what the cost model prices
             # (draft and target forwards) against what it does not (sampling, verification, bookkeeping).
@@ -237,6 +267,7 @@ def _report(results: dict[str, SystemResult], cfg: BenchConfig, cost_model, loop
         "cost_model": cost_model.to_dict(),
         "cost_ratio": cost_model.cost_ratio,
         "calibrated_cost_model": loop_cost.to_dict() if loop_cost else None,
+        "calibrated_prefill_seconds": prefill,
         "rows": rows,
         "notes": ["HF assisted generation supports batch size 1 only"] if cfg.batch_size > 1 else [],
     }

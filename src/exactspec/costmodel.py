@@ -105,14 +105,19 @@ class CostModel:
         as prompt lookup, whose n-gram search is negligible next to a target call."""
         return CostModel(0.0, self.target_times, self.metadata, self.t_overhead)
 
-    def calibrate(self, stats) -> "CostModel":
+    def calibrate(self, stats, plain_time: float | None = None) -> "CostModel":
         """This model re-priced from a real run (`stats`: a GenerationStats, or a list merged together).
 
         ``t_draft`` becomes the run's draft time per draft call; ``t_overhead`` the run's target + verification
         time per target call minus what the bare forwards cost, ``T_target(mean width)``, where the mean width
         is the positions fed per target call. A run without draft-model calls (a model-free drafter) keeps
-        ``t_draft`` and counts its drafting time as per-step overhead. ``target_times`` stay the bare forwards: plain decoding is
-        priced by ``T_target(1)``. Raises ValueError for a run without target calls.
+        ``t_draft`` and counts its drafting time as per-step overhead. ``target_times`` stay the bare
+        forwards, so plain decoding is priced by the bare ``T_target(1)``, unless ``plain_time`` is given:
+        seconds per token of plain decoding as it runs (e.g. a target-alone loop timed next to the
+        speculative run). Then the target table is shifted so that ``T_target(1)`` equals it (the same
+        per-call cost added to every k) and ``t_overhead`` is what remains per speculative step, so speedups
+        are priced against the plain decoding that was actually measured. Raises ValueError for a run
+        without target calls.
         """
         from exactspec.stats import GenerationStats
 
@@ -127,10 +132,17 @@ class CostModel:
             t_draft = stats.draft_time / stats.draft_calls
         else:  # a model-free drafter (prompt lookup): its search is a per-step cost, not per token
             t_draft, per_step = self.t_draft, per_step + stats.draft_time
-        overhead = max(0.0, per_step / calls - self.t_target(width))
+        table = self.target_times
+        if plain_time is not None:
+            shift = _seconds(plain_time, "plain_time") - self.t_target(1)
+            table = {k: t + shift for k, t in table.items()}
+            if min(table.values()) <= 0:
+                raise ValueError(f"plain_time {plain_time!r} s is far below the measured T_target(1); "
+                                 "it cannot be the same target's decoding step")
+        overhead = max(0.0, per_step / calls - CostModel(t_draft, table).t_target(width))
         meta = {**self.metadata, "calibrated_from": {"target_calls": calls, "draft_calls": stats.draft_calls,
-                                                     "mean_target_width": width}}
-        return CostModel(t_draft, self.target_times, meta, overhead)
+                                                     "mean_target_width": width, "plain_time": plain_time}}
+        return CostModel(t_draft, table, meta, overhead)
 
     # ---------------------------------------------------------------------------- serialisation
     def to_dict(self) -> dict[str, Any]:

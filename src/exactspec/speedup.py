@@ -28,6 +28,7 @@ __all__ = [
     "acceptance_rate",
     "expected_tokens",
     "walltime_speedup",
+    "end_to_end_speedup",
     "ops_factor",
     "optimal_gamma",
     "speedup_limit",
@@ -177,8 +178,12 @@ def mixed_length_speedup(alpha, length_counts, cost) -> float:
     sum_k w_k (k t_draft + T_target(k + 1) + t_overhead), so the speedup is E * T_target(1) / that time.
     ``alpha``: scalar or per-position rates (as in :func:`expected_tokens`); ``cost``: c or a CostModel.
     """
-    a = _check_alpha(alpha)
-    c = _check_cost(cost)
+    tokens, time = _mixed_step(_check_alpha(alpha), length_counts, _check_cost(cost))
+    return _out(tokens / time)
+
+
+def _mixed_step(a: np.ndarray, length_counts, c):
+    """(expected tokens per step, mean step time in units of T_target(1)) over the drafted lengths."""
     counts = np.asarray(length_counts, dtype=float)
     if counts.ndim != 1 or counts.size == 0 or (counts < 0).any() or not np.isfinite(counts).all() \
             or counts.sum() <= 0:
@@ -188,7 +193,32 @@ def mixed_length_speedup(alpha, length_counts, cost) -> float:
     tokens = sum(wk * _expected_tokens_array(a, k) for k, wk in enumerate(w) if wk > 0)
     # A step that drafted nothing (no lookup match) is still a step of the loop, overhead included.
     time = sum(wk * _step_cost(c, k, in_loop=True) for k, wk in enumerate(w) if wk > 0)
-    return _out(tokens / time)
+    return tokens, time
+
+
+def end_to_end_speedup(alpha, length_counts, cost, n_tokens: int, prefill_plain: float = 0.0,
+                       prefill_spec: float = 0.0) -> float:
+    """Expected speedup of a whole generation of ``n_tokens`` tokens, prefills included.
+
+    Plain decoding takes ``prefill_plain + (n_tokens - 1) * T_target(1)`` seconds (the first token comes
+    with the prefill's logits); speculative decoding ``prefill_spec + (n_tokens / E) * step`` with E and
+    the mean step time as in :func:`mixed_length_speedup` (``prefill_spec`` covers the target's and the
+    draft's prefill; the first token comes from a step). For
+    short generations the prefills are a visible share of the time, which the per-step speedup ignores.
+    ``cost`` must be a CostModel (seconds); prefills are seconds per generation call.
+    """
+    a = _check_alpha(alpha)
+    c = _check_cost(cost)
+    if isinstance(c, float):
+        raise ValueError("end_to_end_speedup needs a CostModel (seconds), not a cost ratio")
+    if isinstance(n_tokens, bool) or not isinstance(n_tokens, int) or n_tokens < 1:
+        raise ValueError(f"n_tokens must be an integer >= 1, got {n_tokens!r}")
+    for name, v in (("prefill_plain", prefill_plain), ("prefill_spec", prefill_spec)):
+        if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+            raise ValueError(f"{name} must be a finite number of seconds >= 0, got {v!r}")
+    tokens, time = _mixed_step(a, length_counts, c)
+    t1 = c.t_target(1)
+    return _out((prefill_plain + (n_tokens - 1) * t1) / (prefill_spec + n_tokens / tokens * time * t1))
 
 
 def ops_factor(alpha, gamma: int, ops_cost: float):
