@@ -43,9 +43,13 @@ def test_bench_writes_json_markdown_and_pngs(tmp_path, capsys):
     md = (out / "bench.md").read_text()
     assert all(n in md for n in names)
     assert "Time per target call inside the loop" in md
-    # The loop-calibrated cost model came from its own untimed run and prices the loop's overhead.
-    cal = report["calibrated_cost_model"]
-    assert cal is not None and cal["t_overhead"] >= 0 and cal["metadata"]["calibrated_from"]["target_calls"] > 0
+    # Each exactspec system's cost model came from its own untimed run and prices the loop's overhead.
+    cals = report["calibrated_cost_models"]
+    assert set(cals) == {n for n in names if n.startswith("exactspec")}
+    for cal in cals.values():
+        assert cal["t_overhead"] >= 0 and cal["metadata"]["calibrated_from"]["target_calls"] > 0
+    assert cals["exactspec prompt lookup (γ=4)"]["t_draft"] == 0.0
+    assert report["calibrated_prefill_seconds"]["plain"] > 0
     for png in ("speedup.png", "acceptance.png", "predicted_vs_measured.png"):
         assert matplotlib.image.imread(out / png).ndim == 3
 

@@ -151,20 +151,20 @@ def build_systems(target, draft, tokenizer, cfg: BenchConfig, cost_model) -> dic
 def predicted_speedup(name: str, stats, cost_model, prefill: dict | None = None) -> float | None:
     """Cost-model prediction from a run's measured per-position acceptance and the lengths it drafted
     (`stats`: merged GenerationStats; see `exactspec.speedup.mixed_length_speedup`); None if nothing
-    was drafted. With `prefill` ({"plain", "spec": seconds per call, "n_tokens": per row}) the prediction
-    is end to end, prefills included (`exactspec.speedup.end_to_end_speedup`), like the measured tokens/s."""
+    was drafted. With `prefill` ({"plain": s, name: s per call, "n_tokens": per row}) the prediction is
+    end to end, prefills included (`exactspec.speedup.end_to_end_speedup`), like the measured tokens/s;
+    `cost_model` is then that system's calibrated model, used as is."""
     from exactspec.speedup import end_to_end_speedup, mixed_length_speedup
 
     alphas = [a / d for a, d in zip(stats.position_accepted, stats.position_drafted) if d]
     if not alphas or not sum(stats.length_counts):
         return None
-    if "prompt lookup" in name:  # a model-free drafter costs (almost) nothing per token
-        cost_model = cost_model.without_draft()
     if prefill is None:
+        if "prompt lookup" in name:  # a model-free drafter costs (almost) nothing per token
+            cost_model = cost_model.without_draft()
         return float(mixed_length_speedup(alphas, stats.length_counts, cost_model))
-    spec = prefill["spec_lookup"] if "prompt lookup" in name else prefill["spec"]
     return float(end_to_end_speedup(alphas, stats.length_counts, cost_model, prefill["n_tokens"],
-                                    prefill_plain=prefill["plain"], prefill_spec=spec))
+                                    prefill_plain=prefill["plain"], prefill_spec=prefill[name]))
 
 
 def run_bench(target, draft, tokenizer, cfg: BenchConfig, progress=None) -> dict:
@@ -183,7 +183,7 @@ def run_bench(target, draft, tokenizer, cfg: BenchConfig, progress=None) -> dict
     total, done = cfg.repeats * len(batches) * len(systems), 0
     for fn in systems.values():  # warm-up: first calls pay for allocation and lazy initialisation
         fn(*batches[0], cfg.seed)
-    loop_cost, prefill = _calibrated(target, systems, batches, cfg, cost_model)
+    loop_costs, prefill = _calibrated(target, systems, batches, cfg, cost_model)
     for r in range(cfg.repeats):
         totals = {name: [0.0, 0] for name in systems}
         for b, (ids, mask) in enumerate(batches):
@@ -200,24 +200,27 @@ def run_bench(target, draft, tokenizer, cfg: BenchConfig, progress=None) -> dict
         for name, (t, n) in totals.items():
             results[name].times.append(t)
             results[name].tokens.append(n)
-    return _report(results, cfg, cost_model, loop_cost, prefill)
+    return _report(results, cfg, cost_model, loop_costs, prefill)
 
 
-def _calibrated(target, systems: dict, batches, cfg: BenchConfig, cost_model):
-    """(the cost model re-priced on an untimed pass over every prompt batch, seeds apart from the timed
-    runs'; the prefill seconds per call of plain and speculative decoding), or (None, None) when no
-    exactspec draft-model system runs.
+def _calibrated(target, systems: dict, batches, cfg: BenchConfig, cost_model) -> tuple[dict, dict]:
+    """Per exactspec system, the cost model re-priced on that system's own untimed pass over every prompt
+    batch (seeds apart from the timed runs'), and the prefill seconds per call of plain decoding and of
+    that system.
 
-    The pass interleaves, batch by batch, an exactspec draft-model system (its statistics price a draft
-    step and the per-step overhead inside the loop) with our target-alone loop (its time per token prices
-    plain decoding), so a machine that speeds up or slows down shifts both sides alike, as in the timed runs.
+    The pass interleaves, batch by batch, every exactspec system (its statistics price its draft step and
+    its per-step overhead inside the loop: block verification costs more than the token rule, prompt
+    lookup drafts in Python) with our target-alone loop (its time per step prices plain decoding), so a
+    machine that speeds up or slows down shifts both sides alike, as in the timed runs.
     """
-    name = next((k for k in systems if k.startswith("exactspec") and "lookup" not in k and "auto" not in k), None)
-    if name is None:
-        return None, None
-    stats, plain_s, plain_prefill, n = [], 0.0, 0.0, cfg.max_new_tokens
+    names = [k for k in systems if k.startswith("exactspec")]
+    if not names:
+        return {}, {}
+    stats: dict[str, list] = {k: [] for k in names}
+    plain_s, plain_prefill, n = 0.0, 0.0, cfg.max_new_tokens
     for b, (ids, mask) in enumerate(batches):
-        stats.append(systems[name](ids, mask, cfg.seed - 1 - b)[1])
+        for name in names:
+            stats[name].append(systems[name](ids, mask, cfg.seed - 1 - b)[1])
         timings: dict = {}
         t0 = time.perf_counter()
         target_alone_loop(target, ids, mask, max_new_tokens=n, temperature=cfg.temperature,
@@ -227,13 +230,16 @@ def _calibrated(target, systems: dict, batches, cfg: BenchConfig, cost_model):
     # One decoding step of plain decoding (the batch's step when batch_size > 1); the prefill gives the
     # first token, so a call of n tokens takes n - 1 steps.
     plain_time = (plain_s - plain_prefill) / (len(batches) * (n - 1)) if n > 1 else None
-    prefill = {"plain": plain_prefill / len(batches), "spec": sum(s.prefill_time for s in stats) / len(stats),
-               "n_tokens": n}
-    prefill["spec_lookup"] = prefill["plain"]  # prompt lookup prefills the target alone, like plain decoding
-    return cost_model.calibrate(stats, plain_time=plain_time), prefill
+    costs, prefill = {}, {"plain": plain_prefill / len(batches), "n_tokens": n}
+    for name in names:
+        base = cost_model.without_draft() if "prompt lookup" in name else cost_model
+        costs[name] = base.calibrate(stats[name], plain_time=plain_time)
+        prefill[name] = sum(s.prefill_time for s in stats[name]) / len(stats[name])
+    return costs, prefill
 
 
-def _report(results: dict[str, SystemResult], cfg: BenchConfig, cost_model, loop_cost=None, prefill=None) -> dict:
+def _report(results: dict[str, SystemResult], cfg: BenchConfig, cost_model, loop_costs: dict,
+            prefill: dict) -> dict:
     base = results[BASELINE].tokens_per_second
     loop = results.get(LOOP)
     assisted = next((r for k, r in results.items() if k.startswith("HF assisted")), None)
@@ -252,7 +258,8 @@ def _report(results: dict[str, SystemResult], cfg: BenchConfig, cost_model, loop
             "mean_tokens_per_step": st.mean_tokens_per_step if st else None,
             "per_position_acceptance": [a / d if d else None for a, d in
                                         zip(st.position_accepted, st.position_drafted)] if st else [],
-            "predicted_speedup": predicted_speedup(name, st, loop_cost, prefill) if st and loop_cost else None,
+            "predicted_speedup": predicted_speedup(name, st, loop_costs[name], prefill)
+            if st and name in loop_costs else None,
             "predicted_speedup_forwards": predicted_speedup(name, st, cost_model) if st else None,
             # Where a step's time goes inside the loop (ms per target call): what the cost model prices
             # (draft and target forwards) against what it does not (sampling, verification, bookkeeping).
@@ -266,7 +273,7 @@ def _report(results: dict[str, SystemResult], cfg: BenchConfig, cost_model, loop
         "threads": torch.get_num_threads(),
         "cost_model": cost_model.to_dict(),
         "cost_ratio": cost_model.cost_ratio,
-        "calibrated_cost_model": loop_cost.to_dict() if loop_cost else None,
+        "calibrated_cost_models": {name: cm.to_dict() for name, cm in loop_costs.items()},
         "calibrated_prefill_seconds": prefill,
         "rows": rows,
         "notes": ["HF assisted generation supports batch size 1 only"] if cfg.batch_size > 1 else [],

@@ -37,9 +37,11 @@ def bench_markdown(report: dict) -> str:
         gamma = report["config"]["gamma"]
         lines += ["", "Time per target call inside the loop (ms): draft / target / verification + bookkeeping. "
                   f"Bare forwards price a step at γ·t_draft + T_target(γ+1) = {_priced_step(cm, gamma)}; "
-                  "calibrated on an untimed run of the loop, γ·t_draft + T_target(γ+1) + t_overhead = "
-                  f"{_priced_step(report.get('calibrated_cost_model'), gamma)}.", ""]
-        lines += [f"- {name}: {m['draft']:.2f} / {m['target']:.2f} / {m['verify']:.2f}" for name, m in split]
+                  "each system calibrated on its own untimed run of the loop prices it at "
+                  "γ·t_draft + T_target(γ+1) + t_overhead (T_target shifted to our plain loop's step):", ""]
+        cal = report.get("calibrated_cost_models", {})
+        lines += [f"- {name}: {m['draft']:.2f} / {m['target']:.2f} / {m['verify']:.2f}; priced "
+                  f"{_priced_step(cal.get(name), 'auto' if 'auto' in name else gamma)}" for name, m in split]
     for note in report.get("notes", []):
         lines += ["", f"Note: {note}."]
     lines += ["", "Predicted × (loop-calibrated): per-position acceptance measured here, priced by an untimed "
