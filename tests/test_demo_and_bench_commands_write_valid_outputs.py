@@ -2,6 +2,7 @@
 import json
 
 import matplotlib.image
+import pytest
 
 from exactspec.cli import main
 
@@ -16,6 +17,11 @@ def test_demo_json_summary_is_complete(capsys):
     assert len(summary["texts"]) == 1 and summary["stats"]["new_tokens"] == 8
     assert summary["mean_tokens_per_step"] == summary["mean_accepted_per_step"] + 1
     assert summary["speculative_tokens_per_second"] > 0 and summary["predicted_speedup"] > 0
+    # The loop-calibrated model prices plain decoding at the time per token generate() just took.
+    cal = summary["calibrated_cost_model"]
+    plain = 1 / summary["plain_tokens_per_second"]
+    assert cal["metadata"]["calibrated_from"]["plain_time"] == pytest.approx(plain)
+    assert float(cal["target_times"]["1"]) == pytest.approx(plain)
 
 
 def test_demo_streams_coloured_text(capsys):
@@ -50,6 +56,18 @@ def test_bench_writes_json_markdown_and_pngs(tmp_path, capsys):
         assert cal["t_overhead"] >= 0 and cal["metadata"]["calibrated_from"]["target_calls"] > 0
     assert cals["exactspec prompt lookup (γ=4)"]["t_draft"] == 0.0
     assert report["calibrated_prefill_seconds"]["plain"] > 0
+    # The prediction is end_to_end_speedup recomputed from what the report says it used.
+    from exactspec import CostModel, end_to_end_speedup
+
+    row = next(r for r in report["rows"] if r["system"] == "exactspec token (γ=4)")
+    pre = report["calibrated_prefill_seconds"]
+    assert row["predicted_speedup"] is not None
+    cm = CostModel.from_dict(cals[row["system"]])
+    assert cm.t_target(1) == pytest.approx(cm.metadata["calibrated_from"]["plain_time"])
+    alphas = [a for a in row["per_position_acceptance"] if a is not None]
+    assert row["predicted_speedup"] == pytest.approx(end_to_end_speedup(
+        alphas, row["length_counts"], cm, pre["n_tokens"], prefill_plain=pre["plain"],
+        prefill_spec=pre[row["system"]]))
     for png in ("speedup.png", "acceptance.png", "predicted_vs_measured.png"):
         assert matplotlib.image.imread(out / png).ndim == 3
 
@@ -63,3 +81,12 @@ def test_bench_batched_omits_assisted_generation_and_says_why(tmp_path, capsys):
     names = [r["system"] for r in report["rows"]]
     assert not any(n.startswith("HF assisted") for n in names)
     assert any("batch size 1" in n for n in report["notes"])
+
+
+def test_demo_with_one_new_token_has_no_prediction_and_does_not_crash(capsys):
+    # One new token per prompt drafts nothing: there is no acceptance to predict from.
+    assert main(["demo", "--prompts", "1", "--max-new-tokens", "1", "--threads", "1", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["predicted_speedup"] is None and summary["predicted_speedup_forwards"] is None
+    assert main(["demo", "--prompts", "1", "--max-new-tokens", "1", "--threads", "1"]) == 0
+    assert "—" in capsys.readouterr().out

@@ -65,6 +65,12 @@ def test_auto_gamma_starts_a_run_from_the_acceptance_of_earlier_runs():
     assert first[0] < 8 and second[0] == 8  # the second run knows the draft always agrees
     fresh = SpeculativeGenerator(target, copy.deepcopy(target), cost_model=cheap, max_gamma=8, calibrate=False)
     assert fresh.generate(ids, mask, **kw).stats.gamma_history == first  # per generator, not global
+    # A run that drafted nothing (one new token) teaches nothing and leaves the prior alone...
+    gen.generate(ids, mask, **{**kw, "max_new_tokens": 1})
+    assert gen.generate(ids, mask, **kw).stats.gamma_history[0] == 8
+    # ...and each sampling setting keeps its own prior: sampling at T=1 starts from the neutral guess.
+    sampled = gen.generate(ids, mask, **{**kw, "do_sample": True, "temperature": 1.0, "seed": 0})
+    assert sampled.stats.gamma_history[0] == first[0]
 
 
 def test_auto_gamma_prices_the_loop_from_the_runs_own_timings():
@@ -85,14 +91,22 @@ def test_auto_gamma_prices_the_loop_from_the_runs_own_timings():
     assert calibrated._next_gamma("auto", early) == 8
 
 
-def test_auto_gamma_measures_the_cost_model_once_per_pair():
+def test_auto_gamma_measures_the_cost_model_once_per_pair_and_batch_size(monkeypatch):
     target, draft = _models()
-    ids, mask = left_padded(PROMPTS[:1])
-    g1 = SpeculativeGenerator(target, draft)
-    g1.generate(ids, mask, max_new_tokens=3, gamma="auto", do_sample=False, eos_token_id=[])
-    g2 = SpeculativeGenerator(target, draft)
-    g2.generate(ids, mask, max_new_tokens=3, gamma="auto", do_sample=False, eos_token_id=[])
-    assert isinstance(g1.cost_model, CostModel) and g2.cost_model is g1.cost_model
+    calls = []
+    real = CostModel.measure.__func__
+
+    def counting(cls, *a, **kw):
+        calls.append(kw.get("batch_size", 1))
+        return real(cls, *a, **kw)
+
+    monkeypatch.setattr(CostModel, "measure", classmethod(counting))
+    monkeypatch.setattr("exactspec.decoding._COST_MODELS", {})  # no timings left by earlier tests
+    kw = dict(max_new_tokens=3, gamma="auto", do_sample=False, eos_token_id=[])
+    for prompts in (PROMPTS[:1], PROMPTS[:1], PROMPTS[:2], PROMPTS[:2]):
+        SpeculativeGenerator(target, draft).generate(*left_padded(prompts), **kw)
+    # Timed once per batch size (a batched step costs differently), then reused by every generator.
+    assert calls == [1, 2]
 
 
 @pytest.mark.parametrize("method", ["token", "block"])

@@ -249,10 +249,14 @@ def distill(args) -> None:
     ckpt = work / "distill.pt"
     if ckpt.exists():
         state = torch.load(ckpt, weights_only=False)
+        if state["base_step"] != base["step"]:  # stage 4 was retrained: this distillation is of another target
+            raise SystemExit(f"{ckpt} distils the draft of stage-4 step {state['base_step']}, but "
+                             f"checkpoint.pt is at step {base['step']}: delete {ckpt} to start over")
         draft.load_state_dict(state["draft"]), opt.load_state_dict(state["opt"]), gen.set_state(state["gen"])
-        step, elapsed, log = state["step"], state["elapsed"], state["log"]
+        step, elapsed, log, before = state["step"], state["elapsed"], state["log"], state["before"]
         print(f"distillation resumed at step {step} ({elapsed / 60:.1f} min)")
-    before = evaluate(target, draft, streams["heldout"], args.seq_len)
+    else:
+        before = evaluate(target, draft, streams["heldout"], args.seq_len)
     target.eval()
     print(f"before distillation: {before}")
     budget = args.distill * 60
@@ -284,9 +288,10 @@ def distill(args) -> None:
                 progress.update(task, completed=elapsed, info=f"step {step} kl {kl.item():.3f} agree {agree:.3f}")
             if step % args.ckpt_every == 0:
                 _save(ckpt, {"draft": draft.state_dict(), "opt": opt.state_dict(), "gen": gen.get_state(),
-                             "step": step, "elapsed": elapsed, "log": log})
+                             "step": step, "elapsed": elapsed, "log": log, "before": before,
+                             "base_step": base["step"]})
     _save(ckpt, {"draft": draft.state_dict(), "opt": opt.state_dict(), "gen": gen.get_state(),
-                 "step": step, "elapsed": elapsed, "log": log})
+                 "step": step, "elapsed": elapsed, "log": log, "before": before, "base_step": base["step"]})
     after = evaluate(target, draft, streams["heldout"], args.seq_len)
     print(f"after distillation: {after}")
     report_path = EXPORT / "training_report.json"
@@ -352,7 +357,8 @@ def main(argv=None) -> None:
     ap.add_argument("--holdout-mod", type=int, default=40, help="hold out files whose path hash %% N == 0")
     ap.add_argument("--ckpt-every", type=int, default=100)
     ap.add_argument("--distill", type=float, default=None, metavar="MINUTES",
-                    help="skip stages 4-5: distil the trained draft towards the frozen target for MINUTES")
+                    help="skip stages 4-5: distil the trained draft towards the frozen target for MINUTES in all "
+                         "(a total: a rerun resumes distill.pt up to that total, then exports again)")
     ap.add_argument("--distill-lr", type=float, default=1e-3)
     args = ap.parse_args(argv)
     distill(args) if args.distill else train(args)

@@ -258,6 +258,7 @@ def _report(results: dict[str, SystemResult], cfg: BenchConfig, cost_model, loop
             "mean_tokens_per_step": st.mean_tokens_per_step if st else None,
             "per_position_acceptance": [a / d if d else None for a, d in
                                         zip(st.position_accepted, st.position_drafted)] if st else [],
+            "length_counts": st.length_counts if st else [],
             "predicted_speedup": predicted_speedup(name, st, loop_costs[name], prefill)
             if st and name in loop_costs else None,
             "predicted_speedup_forwards": predicted_speedup(name, st, cost_model) if st else None,

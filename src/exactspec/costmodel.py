@@ -139,9 +139,14 @@ class CostModel:
             if min(table.values()) <= 0:
                 raise ValueError(f"plain_time {plain_time!r} s is far below the measured T_target(1); "
                                  "it cannot be the same target's decoding step")
-        overhead = max(0.0, per_step / calls - CostModel(t_draft, table).t_target(width))
+        overhead = per_step / calls - CostModel(t_draft, table).t_target(width)
+        # The loop's step can come out cheaper than the bare forwards (a faster in-loop target, or a
+        # plain_time above it); t_overhead cannot be negative, so the model then over-prices the step by
+        # this much, recorded rather than hidden.
         meta = {**self.metadata, "calibrated_from": {"target_calls": calls, "draft_calls": stats.draft_calls,
-                                                     "mean_target_width": width, "plain_time": plain_time}}
+                                                     "mean_target_width": width, "plain_time": plain_time,
+                                                     "overpriced_per_step": max(0.0, -overhead)}}
+        overhead = max(0.0, overhead)
         return CostModel(t_draft, table, meta, overhead)
 
     # ---------------------------------------------------------------------------- serialisation

@@ -164,9 +164,9 @@ class SpeculativeGenerator:
             raise ValueError(f"max_gamma must be an integer >= 1, got {max_gamma!r}")
         self.target, self.draft, self.drafter = target, draft, drafter
         self.cost_model, self.max_gamma, self.calibrate = cost_model, max_gamma, bool(calibrate)
-        # Per-position acceptance carried from one run to the next, so gamma="auto" starts a run from what
-        # earlier runs of this generator measured instead of from a blind guess.
-        self._alpha_prior: list[float] | None = None
+        # Per-position acceptance carried from one run to the next (per sampling setting and rule), so
+        # gamma="auto" starts a run from what earlier runs of this generator measured, not a blind guess.
+        self._alpha_priors: dict[tuple, list[float]] = {}
 
     @staticmethod
     def check_tokenizers(tokenizer, draft_tokenizer) -> None:
@@ -260,36 +260,35 @@ class SpeculativeGenerator:
                     eos=torch.tensor(eos, dtype=torch.long, device=device), pad=int(pad_token_id))
 
     # ---------------------------------------------------------------------------------- gamma
-    def _cost_model(self):
+    def _cost_model(self, batch_size: int):
+        """The given cost model, else one measured at this batch size (once per pair and batch size)."""
         from exactspec.costmodel import CostModel
 
         if self.cost_model is not None:
             return self.cost_model
         draft = self.draft if self.draft is not None else self.target
-        key = (id(self.target), id(draft))
+        key = (id(self.target), id(draft), batch_size)
         hit = _COST_MODELS.get(key)
         if hit is not None and hit[0]() is self.target and hit[1]() is draft:
-            self.cost_model = hit[2]
-            return self.cost_model
-        cm = CostModel.measure(self.target, draft)
+            return hit[2]
+        cm = CostModel.measure(self.target, draft, batch_size=batch_size)
         if self.draft is None:  # model-free drafter: drafting costs (almost) nothing next to the target
             cm = cm.without_draft()
         _COST_MODELS[key] = (weakref.ref(self.target), weakref.ref(draft), cm)
-        self.cost_model = cm
         return cm
 
-    def _next_gamma(self, gamma, stats: GenerationStats) -> int:
+    def _next_gamma(self, gamma, stats: GenerationStats, batch_size: int = 1, prior_key: tuple = ()) -> int:
         if gamma != "auto":
             return gamma
         from exactspec.speedup import optimal_gamma
 
-        cost = self._cost_model()
+        cost = self._cost_model(batch_size)
         if self.calibrate and stats.target_calls >= AUTO_CALIBRATE_AFTER:
             # Price the loop as it runs (draft steps with caches the target just evicted, the per-step
             # overhead), not bare forward passes: see CostModel.calibrate.
             cost = cost.calibrate(stats)
-        best, _ = optimal_gamma(stats.smoothed_alphas(self.max_gamma, prior=self._alpha_prior), cost,
-                                self.max_gamma)
+        prior = self._alpha_priors.get(prior_key)
+        best, _ = optimal_gamma(stats.smoothed_alphas(self.max_gamma, prior=prior), cost, self.max_gamma)
         return int(best)
 
     # ------------------------------------------------------------------------------------ loop
@@ -297,6 +296,7 @@ class SpeculativeGenerator:
     def _run(self, ids, mask, max_new, spec: SamplingSpec, gamma, method, eos, pad):
         device, (b, p) = ids.device, ids.shape
         stats = GenerationStats()
+        prior_key = (spec.greedy, spec.temperature, spec.top_k, spec.top_p, method)
         out = torch.full((b, max_new), pad, dtype=torch.long, device=device)  # [B, max_new]
         from_draft = torch.zeros(b, max_new, dtype=torch.bool, device=device)
         n_gen = torch.zeros(b, dtype=torch.long, device=device)
@@ -314,7 +314,7 @@ class SpeculativeGenerator:
             stats.prefill_time = time.perf_counter() - t_start
         limit = getattr(drafter, "max_draft", None)
         while active.numel():
-            g = self._next_gamma(gamma, stats)
+            g = self._next_gamma(gamma, stats, b, prior_key)
             stats.gamma_history.append(g)
             k = (max_new - n_gen[active] - 1).clamp(min=0, max=g if limit is None else min(g, limit))
             t0 = time.perf_counter()
@@ -347,7 +347,7 @@ class SpeculativeGenerator:
             # Statistics count what was emitted: an EOS among the accepted drafts ends the row there, and
             # the drafts after it were neither emitted nor, for the statistics, proposed.
             cut = ended & (count <= n)
-            stats.record_step(torch.where(cut, count, draft.lengths), torch.where(cut, count, n))
+            stats.record_step(torch.where(cut, count, draft.lengths), torch.where(cut, count, n), fed=big_k + 1)
             write = pos < count[:, None]  # [B, K+1]
             rows = active[:, None].expand_as(write)[write]
             cols = (n_gen[active][:, None] + pos).expand_as(write)[write]
@@ -379,8 +379,9 @@ class SpeculativeGenerator:
                     pending = pending[rows_kept]
             active = active[keep]
             stats.verify_time += time.perf_counter() - t3
-        if gamma == "auto" and stats.target_calls:
-            self._alpha_prior = stats.smoothed_alphas(self.max_gamma, prior=self._alpha_prior)
+        if gamma == "auto" and sum(stats.position_drafted):  # a run that drafted nothing teaches nothing
+            self._alpha_priors[prior_key] = stats.smoothed_alphas(self.max_gamma,
+                                                                  prior=self._alpha_priors.get(prior_key))
         new_len = int(n_gen.max()) if b else 0
         stats.new_tokens = int(n_gen.sum())
         stats.total_time = time.perf_counter() - t_start - suspended

@@ -100,7 +100,7 @@ def run_demo(target, draft, tokenizer, prompts: list[str], *, max_new_tokens: in
 
     from exactspec.costmodel import CostModel
     from exactspec.decoding import SpeculativeGenerator
-    from exactspec.speedup import mixed_length_speedup
+    from exactspec.speedup import end_to_end_speedup, mixed_length_speedup
     from exactspec.stats import GenerationStats
     from exactspec.text import styled_pieces, token_kinds
 
@@ -143,10 +143,20 @@ def run_demo(target, draft, tokenizer, prompts: list[str], *, max_new_tokens: in
     prompt_len = max(len(tokenizer(p)["input_ids"]) for p in prompts)
     cost = CostModel.measure(target, draft, repeats=3, prompt_len=prompt_len)
     spec_tps, plain_tps = spec_tokens / spec_time, plain_tokens / plain_time
-    loop_cost = cost.calibrate(total)  # a draft step and the per-step overhead as they cost in these runs
+    # Priced as these runs ran: a draft step and the per-step overhead from the speculative runs' own
+    # statistics, plain decoding at the time per token `generate` just took (its prefill included, so a
+    # call of n tokens costs n of them), and the speculative prefills: end to end, like the measurement.
+    plain_token = plain_time / plain_tokens
+    loop_cost = cost.calibrate(total, plain_time=plain_token)
 
-    def predict(model) -> float:
-        return float(mixed_length_speedup(total.per_position_acceptance, total.length_counts, model))
+    def predict(model, end_to_end: bool) -> float | None:
+        if not sum(total.position_drafted):  # nothing was drafted (e.g. one new token per prompt)
+            return None
+        if not end_to_end:
+            return float(mixed_length_speedup(total.per_position_acceptance, total.length_counts, model))
+        return float(end_to_end_speedup(total.per_position_acceptance, total.length_counts, model,
+                                        max_new_tokens, prefill_plain=plain_token,
+                                        prefill_spec=total.prefill_time / len(prompts)))
 
     return {
         "texts": texts,
@@ -157,8 +167,8 @@ def run_demo(target, draft, tokenizer, prompts: list[str], *, max_new_tokens: in
         "speculative_tokens_per_second": spec_tps,
         "plain_tokens_per_second": plain_tps,
         "measured_speedup": spec_tps / plain_tps,
-        "predicted_speedup": predict(loop_cost),
-        "predicted_speedup_forwards": predict(cost),
+        "predicted_speedup": predict(loop_cost, end_to_end=True),
+        "predicted_speedup_forwards": predict(cost, end_to_end=False),
         "cost_model": cost.to_dict(),
         "calibrated_cost_model": loop_cost.to_dict(),
         "cost_ratio": cost.cost_ratio,

@@ -239,8 +239,8 @@ def verify(
             deterministic drafters). May be ``None`` for ``method="greedy"``.
         draft_tokens: ``[B, K]`` integer.
         method: ``"token"`` (Leviathan/Chen), ``"block"`` (Sun et al. 2024, Alg. 2) or ``"greedy"``.
-            "greedy" reads only each row's argmax (lowest id among ties), so target logits may be passed
-            in place of probabilities there.
+            "greedy" reads only each row's argmax (lowest id among ties), so with ``checks="rule"`` or
+            ``"none"`` target logits may be passed in place of probabilities there.
         draft_lengths: optional ``[B]``; row b uses its first ``L_b`` tokens, position ``L_b`` is its bonus
             position (``L_b = 0``: plain sampling from ``target_probs[b, 0]``). Tokens past ``L_b`` are
             ignored (any padding value).

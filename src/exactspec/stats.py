@@ -104,10 +104,11 @@ class GenerationStats:
         return out
 
     # ------------------------------------------------------------------------------ updating
-    def record_step(self, draft_lengths: torch.Tensor, accepted: torch.Tensor) -> None:
-        """Count one verification: `draft_lengths [B]`, `accepted [B]` (int64) for the rows taking part."""
+    def record_step(self, draft_lengths: torch.Tensor, accepted: torch.Tensor, fed: int | None = None) -> None:
+        """Count one verification: `draft_lengths [B]`, `accepted [B]` (int64) for the rows taking part;
+        `fed`: positions the target call was fed (default: the longest draft + 1)."""
         self.target_calls += 1
-        self.target_positions += (int(draft_lengths.max()) if draft_lengths.numel() else 0) + 1
+        self.target_positions += fed if fed is not None else (int(draft_lengths.max()) if draft_lengths.numel() else 0) + 1
         self.row_steps += int(draft_lengths.numel())
         self.drafted_tokens += int(draft_lengths.sum())
         self.accepted_tokens += int(accepted.sum())

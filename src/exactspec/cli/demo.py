@@ -72,11 +72,14 @@ def run(args: argparse.Namespace) -> int:
     table.add_row("plain decoding (transformers generate), measured now",
                   f"{summary['plain_tokens_per_second']:.1f} tokens/s")
     table.add_row("measured speedup", f"{summary['measured_speedup']:.2f}×")
+    def times(x):
+        return "—" if x is None else f"{x:.2f}×"
+
     table.add_row("predicted speedup, bare forward passes (c = T_draft/T_target = "
-                  f"{summary['cost_ratio']:.3f}, measured acceptance)", f"{summary['predicted_speedup_forwards']:.2f}×")
+                  f"{summary['cost_ratio']:.3f}, measured acceptance)", times(summary["predicted_speedup_forwards"]))
     loop = summary["calibrated_cost_model"]
-    table.add_row(f"predicted speedup, priced as the loop ran (draft step {loop['t_draft'] * 1e3:.2f} ms, "
-                  f"{loop['t_overhead'] * 1e3:.2f} ms overhead per step)", f"{summary['predicted_speedup']:.2f}×")
+    table.add_row(f"predicted speedup, priced as these runs ran (draft step {loop['t_draft'] * 1e3:.2f} ms, "
+                  f"{loop['t_overhead'] * 1e3:.2f} ms overhead per step, prefills)", times(summary["predicted_speedup"]))
     console.print(table)
     console.print("Output is distributed exactly as the target's own decoding (here greedy: identical tokens)."
                   if args.temperature == 0 else
