@@ -32,8 +32,8 @@ from exactspec.rules import verify
 __all__ = ["SpeculativeGenerator", "GenerationOutput", "StreamStep", "GenerationStream"]
 
 METHODS = ("token", "block", "greedy")
-# Cost models measured once per (target, draft) pair for gamma="auto"; weak refs so models can be freed.
-_COST_MODELS: dict[tuple[int, int], tuple] = {}
+# Cost models measured once per (target, draft, batch size) for gamma="auto"; weak refs so models can be freed.
+_COST_MODELS: dict[tuple[int, int, int], tuple] = {}
 AUTO_CALIBRATE_AFTER = 4  # target calls of a run before gamma="auto" prices the loop from its own timings
 
 
