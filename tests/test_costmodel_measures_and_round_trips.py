@@ -147,7 +147,9 @@ def test_calibrate_on_a_real_run_counts_positions_fed():
     # Every call feeds the pending token + the drafts; near max_new_tokens a step drafts fewer.
     assert st.target_positions == sum(k * c for k, c in enumerate(st.length_counts)) + st.target_calls
     cal = CostModel.measure(target, draft, prompt_len=8, ks=(1, 5), repeats=2, warmup=1).calibrate(st)
-    assert cal.t_draft == pytest.approx(st.draft_time / st.draft_calls) and cal.t_overhead >= 0
+    # Later draft calls and the cold first ones together make up the run's draft time.
+    assert cal.t_draft * (st.draft_calls - st.draft_steps) + (cal.t_draft + cal.t_draft_cold) * st.draft_steps \
+        == pytest.approx(st.draft_time, rel=1e-6) or cal.t_draft_cold == 0.0
 
 
 def test_calibrate_against_measured_plain_decoding_shifts_the_table():
@@ -183,3 +185,37 @@ def test_end_to_end_speedup_adds_the_prefills():
         end_to_end_speedup(0.5, [0, 1], cm, 0)
     with pytest.raises(ValueError, match="prefill_spec"):
         end_to_end_speedup(0.5, [0, 1], cm, 10, prefill_spec=-1.0)
+
+
+def test_calibrate_prices_a_steps_cold_first_draft_call_apart():
+    from exactspec.speedup import walltime_speedup
+    from exactspec.stats import GenerationStats
+
+    bare = CostModel(0.001, {1: 0.010, 5: 0.014})
+    # 10 steps of 4 draft calls: the first of each took 2.0 ms, the other three 1.2 ms each.
+    st = GenerationStats(target_calls=10, draft_calls=40, draft_steps=10, target_positions=50,
+                         draft_time=10 * (0.0020 + 3 * 0.0012), draft_first_time=10 * 0.0020,
+                         target_time=0.170, verify_time=0.008)
+    cal = bare.calibrate(st)
+    assert cal.t_draft == pytest.approx(0.0012) and cal.t_draft_cold == pytest.approx(0.0008)
+    # The step is still the run's own step, and a one-token draft now costs 2.0 ms, not the mean 1.4 ms.
+    assert cal.step_time(4) * 10 == pytest.approx(st.draft_time + st.target_time + st.verify_time)
+    assert cal.step_time(1) - cal.t_target(2) - cal.t_overhead == pytest.approx(0.0020)
+    assert cal.step_time(0) == pytest.approx(cal.t_target(1) + cal.t_overhead)  # no draft call, no cold one
+    assert walltime_speedup(0.5, 1, cal) == pytest.approx(1.5 * 0.010 / cal.step_time(1))
+    assert CostModel.from_dict(json.loads(json.dumps(cal.to_dict()))) == cal
+    assert cal.without_draft().step_time(4) == pytest.approx(cal.t_target(5) + cal.t_overhead)
+    # One call per step: first and later calls cannot be told apart, all priced alike.
+    one = GenerationStats(target_calls=10, draft_calls=10, draft_steps=10, target_positions=20,
+                          draft_time=0.020, draft_first_time=0.020, target_time=0.120, verify_time=0.008)
+    assert bare.calibrate(one).t_draft == pytest.approx(0.002) and bare.calibrate(one).t_draft_cold == 0.0
+
+
+def test_a_real_run_records_the_first_draft_call_of_each_step():
+    from exactspec import SpeculativeGenerator
+
+    target, draft = tiny_llama(64, 2, 0), tiny_llama(32, 1, 1)
+    st = SpeculativeGenerator(target, draft).generate(torch.randint(0, 128, (1, 8)), max_new_tokens=21, gamma=4,
+                                                     do_sample=False, eos_token_id=[]).stats
+    assert st.draft_steps == sum(c for k, c in enumerate(st.length_counts) if k > 0)
+    assert 0 < st.draft_first_time < st.draft_time

@@ -30,8 +30,10 @@ _FORMAT = "exactspec.CostModel/1"
 class CostModel:
     """Measured timings (seconds): ``t_draft`` per draft decoding step, ``target_times[k]`` per target
     forward over k new tokens (with a KV cache over the prompt), ``t_overhead`` per speculative step for
-    everything that is not a forward pass (0 unless calibrated). A step drafting gamma tokens costs
-    ``gamma * t_draft + T_target(gamma + 1) + t_overhead``; plain decoding costs ``T_target(1)`` per token.
+    everything that is not a forward pass, ``t_draft_cold`` the extra cost of a step's first draft call
+    (the target's forward has just evicted the draft's weights from the caches); both 0 unless calibrated.
+    A step drafting gamma >= 1 tokens costs ``gamma * t_draft + t_draft_cold + T_target(gamma + 1) +
+    t_overhead``; plain decoding costs ``T_target(1)`` per token.
 
     ``t_target(k)`` interpolates the table linearly; beyond the largest measured k it extrapolates from the
     last two points (slope clamped at >= 0: verifying more tokens never gets cheaper); below the smallest
@@ -39,8 +41,9 @@ class CostModel:
     """
 
     def __init__(self, t_draft: float, target_times: Mapping[int, float], metadata: Mapping | None = None,
-                 t_overhead: float = 0.0):
+                 t_overhead: float = 0.0, t_draft_cold: float = 0.0):
         t_draft, t_overhead = _seconds(t_draft, "t_draft"), _seconds(t_overhead, "t_overhead")
+        t_draft_cold = _seconds(t_draft_cold, "t_draft_cold")
         if not target_times:
             raise ValueError("target_times must contain at least one (k, seconds) entry")
         table: dict[int, float] = {}
@@ -56,16 +59,19 @@ class CostModel:
             table[int(kf)] = tf
         self.t_draft = t_draft
         self.t_overhead = t_overhead
+        self.t_draft_cold = t_draft_cold
         self.target_times = dict(sorted(table.items()))
         self.metadata = dict(metadata or {})
 
     def __repr__(self) -> str:
         extra = f", t_overhead={self.t_overhead:.3g}" if self.t_overhead else ""
+        extra += f", t_draft_cold={self.t_draft_cold:.3g}" if self.t_draft_cold else ""
         return f"CostModel(t_draft={self.t_draft:.3g}, target_times={self.target_times}{extra})"
 
     def __eq__(self, other) -> bool:
         return (isinstance(other, CostModel) and self.t_draft == other.t_draft
-                and self.target_times == other.target_times and self.t_overhead == other.t_overhead)
+                and self.target_times == other.target_times and self.t_overhead == other.t_overhead
+                and self.t_draft_cold == other.t_draft_cold)
 
     # ------------------------------------------------------------------------------------ queries
     def t_target(self, k: float) -> float:
@@ -98,17 +104,19 @@ class CostModel:
         the loop's own per-step overhead."""
         if isinstance(gamma, bool) or not float(gamma).is_integer() or gamma < 0:
             raise ValueError(f"gamma must be a non-negative integer, got {gamma!r}")
-        return gamma * self.t_draft + self.t_target(gamma + 1) + self.t_overhead
+        cold = self.t_draft_cold if gamma > 0 else 0.0
+        return gamma * self.t_draft + cold + self.t_target(gamma + 1) + self.t_overhead
 
     def without_draft(self) -> "CostModel":
         """The same target timings with a free draft (t_draft = 0): the cost of a model-free drafter such
         as prompt lookup, whose n-gram search is negligible next to a target call."""
-        return CostModel(0.0, self.target_times, self.metadata, self.t_overhead)
+        return CostModel(0.0, self.target_times, self.metadata, self.t_overhead, 0.0)
 
     def calibrate(self, stats, plain_time: float | None = None) -> "CostModel":
         """This model re-priced from a real run (`stats`: a GenerationStats, or a list merged together).
 
-        ``t_draft`` becomes the run's draft time per draft call; ``t_overhead`` the run's target + verification
+        ``t_draft`` becomes the run's draft time per draft call (the later calls of a step; the first, cold
+        one's extra time becomes ``t_draft_cold`` when steps drafted more than one token); ``t_overhead`` the run's target + verification
         time per target call minus what the bare forwards cost, ``T_target(mean width)``, where the mean width
         is the positions fed per target call. A run without draft-model calls (a model-free drafter) keeps
         ``t_draft`` and counts its drafting time as per-step overhead. ``target_times`` stay the bare
@@ -128,7 +136,13 @@ class CostModel:
         calls = stats.target_calls
         width = stats.target_positions / calls
         per_step = stats.target_time + stats.verify_time
-        if stats.draft_calls:
+        cold = 0.0
+        if stats.draft_calls > stats.draft_steps > 0:
+            # The first draft call of a step is the cold one: priced apart, so that the per-call price does
+            # not depend on gamma (at gamma = 1 every call would be a cold one).
+            t_draft = (stats.draft_time - stats.draft_first_time) / (stats.draft_calls - stats.draft_steps)
+            cold = max(0.0, stats.draft_first_time / stats.draft_steps - t_draft)
+        elif stats.draft_calls:  # one call per step: first and later calls cannot be told apart
             t_draft = stats.draft_time / stats.draft_calls
         else:  # a model-free drafter (prompt lookup): its search is a per-step cost, not per token
             t_draft, per_step = self.t_draft, per_step + stats.draft_time
@@ -147,7 +161,7 @@ class CostModel:
                                                      "mean_target_width": width, "plain_time": plain_time,
                                                      "overpriced_per_step": max(0.0, -overhead)}}
         overhead = max(0.0, overhead)
-        return CostModel(t_draft, table, meta, overhead)
+        return CostModel(t_draft, table, meta, overhead, cold)
 
     # ---------------------------------------------------------------------------- serialisation
     def to_dict(self) -> dict[str, Any]:
@@ -155,6 +169,7 @@ class CostModel:
             "format": _FORMAT,
             "t_draft": self.t_draft,
             "t_overhead": self.t_overhead,
+            "t_draft_cold": self.t_draft_cold,
             "target_times": {str(k): t for k, t in self.target_times.items()},  # JSON keys are strings
             "metadata": self.metadata,
         }
@@ -165,7 +180,8 @@ class CostModel:
             raise ValueError("cost model dict needs keys 't_draft' and 'target_times'")
         if not isinstance(d["target_times"], Mapping):
             raise ValueError("target_times must be a mapping from k to seconds")
-        return cls(d["t_draft"], d["target_times"], d.get("metadata"), d.get("t_overhead", 0.0))
+        return cls(d["t_draft"], d["target_times"], d.get("metadata"), d.get("t_overhead", 0.0),
+                   d.get("t_draft_cold", 0.0))
 
     def save(self, path: str | os.PathLike) -> None:
         with open(path, "w", encoding="utf-8") as fh:

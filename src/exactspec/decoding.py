@@ -319,8 +319,13 @@ class SpeculativeGenerator:
             k = (max_new - n_gen[active] - 1).clamp(min=0, max=g if limit is None else min(g, limit))
             t0 = time.perf_counter()
             calls0 = getattr(drafter, "forward_calls", 0)
+            first0 = getattr(drafter, "first_call_time", 0.0)
             draft = drafter.propose(k, spec)
-            stats.draft_calls += getattr(drafter, "forward_calls", 0) - calls0
+            calls = getattr(drafter, "forward_calls", 0) - calls0
+            stats.draft_calls += calls
+            if calls:
+                stats.draft_steps += 1
+                stats.draft_first_time += getattr(drafter, "first_call_time", 0.0) - first0
             _sync(device)
             t1 = time.perf_counter()
             big_k = draft.tokens.shape[1]

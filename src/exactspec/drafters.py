@@ -14,6 +14,7 @@ Protocol (used by :class:`exactspec.decoding.SpeculativeGenerator`):
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import torch
@@ -79,6 +80,9 @@ class DraftModelDrafter:
     def __init__(self, model):
         self.model = model
         self.forward_calls = 0
+        # Seconds spent in the first draft step of each proposal: the target's forward has just evicted
+        # the draft's weights from the CPU caches, so it costs more than the later ones (CostModel.calibrate).
+        self.first_call_time = 0.0
         self.max_draft = None  # no limit of its own
 
     def start(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
@@ -96,7 +100,8 @@ class DraftModelDrafter:
             return Draft(torch.zeros(b, 0, dtype=torch.long, device=k.device), None, k)
         tokens, probs = [], []
         inp, valid = self.pending, self.pending_valid
-        for _ in range(big_k):  # feeds pending, d_1 .. d_{K-1}; d_K is sampled but not fed
+        t0 = time.perf_counter()
+        for i in range(big_k):  # feeds pending, d_1 .. d_{K-1}; d_K is sampled but not fed
             logits = self.state.forward(inp, valid, logits_to_keep=1)[:, -1]  # [B, V_draft]
             self.forward_calls += 1
             if spec.greedy:  # greedy verification never reads q: skip building one-hot rows
@@ -106,6 +111,10 @@ class DraftModelDrafter:
                 d = spec.sample(q)  # [B]
                 probs.append(q)
             tokens.append(d)
+            if i == 0:
+                if d.device.type == "cuda":  # honest timings need the queued kernels finished
+                    torch.cuda.synchronize(d.device)
+                self.first_call_time += time.perf_counter() - t0
             inp, valid = d[:, None], torch.ones(b, 1, dtype=torch.bool, device=d.device)
         return Draft(torch.stack(tokens, 1), torch.stack(probs, 1) if probs else None, k)
 

@@ -153,7 +153,8 @@ def _step_cost(cost, gamma: int, in_loop: bool | None = None):
         return gamma * cost + 1.0
     t1 = cost.t_target(1)
     overhead = getattr(cost, "t_overhead", 0.0) if (gamma > 0 if in_loop is None else in_loop) else 0.0
-    return (gamma * cost.t_draft + cost.t_target(gamma + 1) + overhead) / t1
+    cold = getattr(cost, "t_draft_cold", 0.0) if gamma > 0 else 0.0  # a step's first draft call
+    return (gamma * cost.t_draft + cold + cost.t_target(gamma + 1) + overhead) / t1
 
 
 def walltime_speedup(alpha, gamma: int, cost):

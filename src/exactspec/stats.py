@@ -33,6 +33,8 @@ class GenerationStats:
             model-free drafter found nothing), so predictions can weigh each draft length.
         target_positions: positions fed to the target over all target calls (K + 1 per call, K the
             longest draft of the batch), so a cost model can price the calls (CostModel.calibrate).
+        draft_steps / draft_first_time: steps that called the draft model, and the seconds their first
+            draft call took (the cold one, right after the target's forward; part of draft_time).
     """
 
     target_calls: int = 0
@@ -46,6 +48,8 @@ class GenerationStats:
     gamma_history: list[int] = field(default_factory=list)
     length_counts: list[int] = field(default_factory=list)
     target_positions: int = 0
+    draft_steps: int = 0
+    draft_first_time: float = 0.0
     prefill_time: float = 0.0
     draft_time: float = 0.0
     target_time: float = 0.0

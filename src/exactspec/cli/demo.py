@@ -78,7 +78,8 @@ def run(args: argparse.Namespace) -> int:
     table.add_row("predicted speedup, bare forward passes (c = T_draft/T_target = "
                   f"{summary['cost_ratio']:.3f}, measured acceptance)", times(summary["predicted_speedup_forwards"]))
     loop = summary["calibrated_cost_model"]
-    table.add_row(f"predicted speedup, priced as these runs ran (draft step {loop['t_draft'] * 1e3:.2f} ms, "
+    table.add_row(f"predicted speedup, priced as these runs ran (draft step {loop['t_draft'] * 1e3:.2f} ms "
+                  f"+ {loop['t_draft_cold'] * 1e3:.2f} ms for a step's first, "
                   f"{loop['t_overhead'] * 1e3:.2f} ms overhead per step, prefills)", times(summary["predicted_speedup"]))
     console.print(table)
     console.print("Output is distributed exactly as the target's own decoding (here greedy: identical tokens)."
