@@ -155,8 +155,6 @@ def lr_at(step: int, frac: float, peak: float, warmup: int = 50) -> float:
 
 
 def train(args) -> None:
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
     work = pathlib.Path(args.work)
@@ -187,9 +185,7 @@ def train(args) -> None:
     total_steps = args.max_steps
     schedule = 60 * (args.schedule_minutes or (elapsed / 60 + args.time_budget))
     start = time.perf_counter() - elapsed
-    cols = [TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
-            TimeElapsedColumn(), TimeRemainingColumn()]
-    with Progress(*cols) as progress:
+    with progress_bar() as progress:
         task = progress.add_task("training", total=budget, completed=elapsed, info="")
         while step < total_steps and (time.perf_counter() - start) < budget:
             x, y = batches(streams["train"], args.batch, args.seq_len, gen)
@@ -206,10 +202,7 @@ def train(args) -> None:
                             log_target=True, reduction="batchmean")
             loss_d = (1 - args.kl_weight) * ce_d + args.kl_weight * kl_d
             for opt, loss, model in ((opt_t, loss_t, target), (opt_d, loss_d, draft)):
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                opt.step()
+                optimizer_step(opt, loss, model)
             step += 1
             elapsed = time.perf_counter() - start
             if step % 10 == 0:
@@ -230,8 +223,6 @@ def train(args) -> None:
 
 def distill(args) -> None:
     """Stage 6: train the draft alone towards the frozen target (see the module docstring)."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
     torch.manual_seed(args.seed + 1)
     torch.set_num_threads(args.threads)
     work = pathlib.Path(args.work)
@@ -261,9 +252,12 @@ def distill(args) -> None:
     print(f"before distillation: {before}")
     budget = args.distill * 60
     start = time.perf_counter() - elapsed
-    cols = [TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
-            TimeElapsedColumn(), TimeRemainingColumn()]
-    with Progress(*cols) as progress:
+
+    def save_distill():
+        _save(ckpt, {"draft": draft.state_dict(), "opt": opt.state_dict(), "gen": gen.get_state(), "step": step,
+                     "elapsed": elapsed, "log": log, "before": before, "base_step": base["step"]})
+
+    with progress_bar() as progress:
         task = progress.add_task("distilling", total=budget, completed=elapsed, info="")
         while (time.perf_counter() - start) < budget:
             x, y = batches(streams["train"], args.batch, args.seq_len, gen)
@@ -276,10 +270,7 @@ def distill(args) -> None:
             log_p = lt.log_softmax(-1).flatten(0, 1)
             # The draft's acceptance depends only on how close q is to p, so the loss is the KL alone.
             kl = F.kl_div(ld.log_softmax(-1).flatten(0, 1), log_p, log_target=True, reduction="batchmean")
-            opt.zero_grad(set_to_none=True)
-            kl.backward()
-            torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
-            opt.step()
+            optimizer_step(opt, kl, draft)
             step += 1
             elapsed = time.perf_counter() - start
             if step % 10 == 0:
@@ -287,11 +278,8 @@ def distill(args) -> None:
                 log.append({"step": step, "minutes": elapsed / 60, "draft_kl": kl.item(), "greedy_agreement": agree})
                 progress.update(task, completed=elapsed, info=f"step {step} kl {kl.item():.3f} agree {agree:.3f}")
             if step % args.ckpt_every == 0:
-                _save(ckpt, {"draft": draft.state_dict(), "opt": opt.state_dict(), "gen": gen.get_state(),
-                             "step": step, "elapsed": elapsed, "log": log, "before": before,
-                             "base_step": base["step"]})
-    _save(ckpt, {"draft": draft.state_dict(), "opt": opt.state_dict(), "gen": gen.get_state(),
-                 "step": step, "elapsed": elapsed, "log": log, "before": before, "base_step": base["step"]})
+                save_distill()
+    save_distill()
     after = evaluate(target, draft, streams["heldout"], args.seq_len)
     print(f"after distillation: {after}")
     report_path = EXPORT / "training_report.json"
@@ -308,18 +296,32 @@ def distill(args) -> None:
     print(f"exported the distilled draft to {out}")
 
 
+def optimizer_step(opt, loss, model) -> None:
+    """One clipped optimiser step of `model` on `loss`."""
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+
+
+def progress_bar():
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
+                    TimeElapsedColumn(), TimeRemainingColumn())
+
+
 def _save(path: pathlib.Path, state: dict) -> None:
+    """Write a checkpoint atomically (a crash mid-write leaves the previous one intact)."""
     tmp = path.with_suffix(".tmp")
     torch.save(state, tmp)
     tmp.replace(path)
 
 
 def save_checkpoint(path, target, draft, opt_t, opt_d, gen, step, elapsed, log) -> None:
-    tmp = path.with_suffix(".tmp")
-    torch.save({"target": target.state_dict(), "draft": draft.state_dict(), "opt_t": opt_t.state_dict(),
-                "opt_d": opt_d.state_dict(), "gen": gen.get_state(), "step": step, "elapsed": elapsed,
-                "log": log}, tmp)
-    tmp.replace(path)
+    _save(path, {"target": target.state_dict(), "draft": draft.state_dict(), "opt_t": opt_t.state_dict(),
+                 "opt_d": opt_d.state_dict(), "gen": gen.get_state(), "step": step, "elapsed": elapsed,
+                 "log": log})
 
 
 def export(target, draft, tokenizer, manifest: dict, report: dict, log: list) -> None:

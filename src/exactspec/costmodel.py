@@ -146,14 +146,12 @@ class CostModel:
             t_draft = stats.draft_time / stats.draft_calls
         else:  # a model-free drafter (prompt lookup): its search is a per-step cost, not per token
             t_draft, per_step = self.t_draft, per_step + stats.draft_time
-        table = self.target_times
-        if plain_time is not None:
-            shift = _seconds(plain_time, "plain_time") - self.t_target(1)
-            table = {k: t + shift for k, t in table.items()}
-            if min(table.values()) <= 0:
-                raise ValueError(f"plain_time {plain_time!r} s is far below the measured T_target(1); "
-                                 "it cannot be the same target's decoding step")
-        overhead = per_step / calls - CostModel(t_draft, table).t_target(width)
+        shift = 0.0 if plain_time is None else _seconds(plain_time, "plain_time") - self.t_target(1)
+        table = {k: t + shift for k, t in self.target_times.items()}
+        if min(table.values()) <= 0:
+            raise ValueError(f"plain_time {plain_time!r} s is far below the measured T_target(1); "
+                             "it cannot be the same target's decoding step")
+        overhead = per_step / calls - (self.t_target(width) + shift)  # a shifted table interpolates shifted
         # The loop's step can come out cheaper than the bare forwards (a faster in-loop target, or a
         # plain_time above it); t_overhead cannot be negative, so the model then over-prices the step by
         # this much, recorded rather than hidden.
