@@ -78,6 +78,25 @@ def test_drafting_stops_early_when_the_drafts_confidence_says_the_next_token_doe
     assert policy.include(2, torch.tensor([0.96, 0.96]), caps).tolist() == [True, False]
 
 
+def test_the_next_draft_call_is_made_only_when_it_is_expected_to_pay():
+    """After position i, `more(i)` weighs the next call (t_draft, not yet paid) against what position i + 1
+    is expected to add: a step whose chain is already unlikely to survive does not waste a forward."""
+    cost = CostModel(t_draft=0.003, target_times={1: 0.010, 16: 0.010})
+    policy = AdaptivePolicy(cost, 8, DraftingState(_trained(0.0, 0.97)))
+    caps = policy.next_lengths(torch.tensor([20]))
+    assert policy.include(1, torch.tensor([0.96]), caps).tolist() == [True] and policy.more(1)
+    assert policy.include(2, torch.tensor([0.55]), caps).tolist() == [True]  # a middling bin, still kept
+    p = float(policy._p[0])
+    assert policy.more(2) == (p > policy.threshold(3, paid=False))
+    assert policy.threshold(3, paid=False) > policy.threshold(3, paid=True)  # an unpaid call costs more
+    draft = tiny_lm("llama", seed=0)
+    target = copy.deepcopy(draft)
+    out = SpeculativeGenerator(target, draft, cost_model=cost, max_gamma=8).generate(
+        *left_padded([[5, 9, 13, 5, 9]]), max_new_tokens=30, do_sample=False, eos_token_id=[], pad_token_id=0)
+    s = out.stats  # a twin draft is always accepted: no call is wasted, each drafted token had its call
+    assert s.draft_calls == s.drafted_tokens and s.early_stops == 0
+
+
 def test_random_weight_draft_spends_most_steps_plain_and_a_copy_drafts_long():
     target = tiny_lm("llama", seed=0)
     cost = CostModel(t_draft=0.002, target_times={1: 0.010, 2: 0.013, 5: 0.014, 16: 0.02})

@@ -24,17 +24,26 @@ def _models():
 
 
 @pytest.mark.parametrize("drafter", ["model", "prompt_lookup"])
-def test_seed_makes_sampling_reproducible(drafter):
+@pytest.mark.parametrize("gamma", [3, "auto"])
+def test_seed_makes_sampling_reproducible(drafter, gamma):
+    """Same seed and settings on a fresh generator: the same output (gamma="auto" learns between runs of one
+    generator, so its reproducibility is per fresh generator; a fixed gamma reproduces on any)."""
     target, draft = _models()
-    gen = SpeculativeGenerator(target, draft) if drafter == "model" else \
-        SpeculativeGenerator(target, drafter=PromptLookupDrafter(max_ngram=2, max_draft=5))
+
+    def fresh():
+        return SpeculativeGenerator(target, draft) if drafter == "model" else \
+            SpeculativeGenerator(target, drafter=PromptLookupDrafter(max_ngram=2, max_draft=5))
     ids, mask = left_padded(PROMPTS)
-    kw = dict(max_new_tokens=16, temperature=1.5, eos_token_id=[], pad_token_id=0)
-    a = gen.generate(ids, mask, seed=11, **kw).sequences
-    b = gen.generate(ids, mask, seed=11, **kw).sequences
-    c = gen.generate(ids, mask, seed=12, **kw).sequences
+    kw = dict(max_new_tokens=16, temperature=1.5, eos_token_id=[], pad_token_id=0, gamma=gamma)
+    a = fresh().generate(ids, mask, seed=11, **kw).sequences
+    b = fresh().generate(ids, mask, seed=11, **kw).sequences
+    c = fresh().generate(ids, mask, seed=12, **kw).sequences
     assert torch.equal(a, b)
     assert not torch.equal(a, c)
+    if gamma == 3:
+        gen = fresh()
+        assert torch.equal(gen.generate(ids, mask, seed=11, **kw).sequences, a)
+        assert torch.equal(gen.generate(ids, mask, seed=11, **kw).sequences, a)
 
 
 def test_auto_gamma_carries_what_it_learnt_per_sampling_setting_and_calibrates_between_runs():

@@ -142,6 +142,8 @@ class DraftModelDrafter:
             if q is not None:
                 probs.append(q)
             tokens.append(d)
+            if ask and i + 1 < big_k and not policy.more(i + 1):  # the next draft call would not pay
+                break
             inp, valid = d[:, None], torch.ones(b, 1, dtype=torch.bool, device=d.device)
         n = len(tokens)
         tok = torch.stack(tokens, 1) if n else torch.zeros(b, 0, dtype=torch.long, device=caps.device)

@@ -5,8 +5,8 @@ The engine loop asks a policy three things per step (see :class:`exactspec.decod
 1. ``caps = policy.next_lengths(left)``: the most tokens each row may draft this step (``left [B]`` = tokens
    the row may still emit minus one). All zeros means a *plain step*: the target decodes one token alone,
    costing ``T_target(1)`` instead of ``T_target(2)`` plus draft calls.
-2. ``policy.include(i, confidence, caps)`` (asked by model drafters before sampling position i): draft
-   position i or stop here. ``confidence [B]`` is the draft's top probability at that position,
+2. ``policy.include(i, confidence, caps)`` (asked by model drafters before sampling position i): which
+   rows draft position i; and ``policy.more(i)`` (after position i): is the next draft call worth making. ``confidence [B]`` is the draft's top probability at that position,
    ``max_x q_i(x)``, a function of the prefix only: the decision never looks at the token that will be
    sampled there, so whether position i is verified does not depend on X_i, and verification stays exact
    (the token rule's proof goes position by position given the prefix; block verification is checked by
@@ -51,8 +51,15 @@ class FixedPolicy:
     def include(self, i: int, confidence: torch.Tensor, caps: torch.Tensor) -> torch.Tensor:
         return caps >= i
 
+    def more(self, i: int) -> bool:
+        return True
+
     def observe(self, draft, accepted: torch.Tensor) -> None:
         pass
+
+
+def _zeros() -> torch.Tensor:
+    return torch.zeros(len(_EDGES), dtype=torch.float64)
 
 
 @dataclass
@@ -61,58 +68,55 @@ class AcceptanceModel:
 
     `weight` pseudo-observations of the pooled rate per bin; `decay` per observed step, so that old
     evidence fades when the text changes (a new prompt, code after prose). `seen` is how often each bin
-    occurred at all (drafted or not), which weighs the expected acceptance of a position not yet drafted.
+    occurred at all (drafted or not), which weighs the expected acceptance of a position not drafted yet.
+    Counts are `[bins]` fp64 tensors on the CPU.
     """
 
     prior: float = 0.7
     weight: float = 2.0
     decay: float = 0.995
-    n: list[float] = field(default_factory=lambda: [0.0] * len(_EDGES))
-    a: list[float] = field(default_factory=lambda: [0.0] * len(_EDGES))
-    seen: list[float] = field(default_factory=lambda: [0.0] * len(_EDGES))
+    n: torch.Tensor = field(default_factory=_zeros)
+    a: torch.Tensor = field(default_factory=_zeros)
+    seen: torch.Tensor = field(default_factory=_zeros)
 
-    @staticmethod
-    def bins(confidence: torch.Tensor) -> torch.Tensor:
-        edges = torch.tensor(_EDGES, dtype=confidence.dtype, device=confidence.device)
-        return (torch.bucketize(confidence, edges, right=True) - 1).clamp(min=0)
+    def __post_init__(self):
+        self._edges = torch.tensor(_EDGES, dtype=torch.float64)
+        self._rates: torch.Tensor | None = None
+
+    def bins(self, confidence: torch.Tensor) -> torch.Tensor:
+        return (torch.bucketize(confidence.double().cpu(), self._edges, right=True) - 1).clamp(min=0)
 
     @property
     def pooled(self) -> float:
         """Acceptance over all bins, shrunk towards `prior` with `weight` pseudo-observations."""
-        return (sum(self.a) + self.weight * self.prior) / (sum(self.n) + self.weight)
-
-    @property
-    def observations(self) -> float:
-        return sum(self.n)
+        return float((self.a.sum() + self.weight * self.prior) / (self.n.sum() + self.weight))
 
     def rates(self) -> torch.Tensor:
-        """`[bins]` acceptance estimate per bin."""
-        pooled = self.pooled
-        return torch.tensor([(a + self.weight * pooled) / (n + self.weight) for a, n in zip(self.a, self.n)])
+        """`[bins]` acceptance estimate per bin (cached until the next observation)."""
+        if self._rates is None:
+            self._rates = (self.a + self.weight * self.pooled) / (self.n + self.weight)
+        return self._rates
 
     def predict(self, confidence: torch.Tensor) -> torch.Tensor:
         """`confidence [...]` -> acceptance estimate `[...]` (fp64 on the CPU)."""
-        return self.rates().double()[self.bins(confidence.double().cpu())]
+        return self.rates()[self.bins(confidence)]
 
     def mean(self) -> float:
         """Expected acceptance of a position not drafted yet: bins weighed by how often they occur."""
-        total = sum(self.seen)
-        if total <= 0:
-            return self.pooled
-        return float(sum(s * r for s, r in zip(self.seen, self.rates().tolist())) / total)
+        total = float(self.seen.sum())
+        return self.pooled if total <= 0 else float((self.seen * self.rates()).sum() / total)
 
     def see(self, confidence: torch.Tensor) -> None:
-        for b in self.bins(confidence.double().cpu()).tolist():
-            self.seen[b] += 1.0
+        self.seen += torch.bincount(self.bins(confidence).flatten(), minlength=len(_EDGES)).double()
 
     def observe(self, confidence: torch.Tensor, accepted: torch.Tensor) -> None:
         """`confidence [N]` of positions that were verified and reached, `accepted [N]` bool."""
-        self.n = [v * self.decay for v in self.n]
-        self.a = [v * self.decay for v in self.a]
-        self.seen = [v * self.decay for v in self.seen]
-        for b, ok in zip(self.bins(confidence.double().cpu()).tolist(), accepted.tolist()):
-            self.n[b] += 1.0
-            self.a[b] += float(ok)
+        for t in (self.n, self.a, self.seen):
+            t.mul_(self.decay)
+        b = self.bins(confidence).flatten()
+        self.n += torch.bincount(b, minlength=len(_EDGES)).double()
+        self.a += torch.bincount(b, weights=accepted.flatten().double().cpu(), minlength=len(_EDGES))
+        self._rates = None
 
 
 @dataclass
@@ -123,6 +127,8 @@ class DraftingState:
     model: AcceptanceModel = field(default_factory=AcceptanceModel)
     probe_gap: int = 4
     since_probe: int = 0
+    tokens: float = 0.0  # decayed tokens per row emitted by drafting steps ...
+    seconds: float = 0.0  # ... and their price under the cost model: the rate the policy achieves
 
 
 class AdaptivePolicy:
@@ -154,6 +160,7 @@ class AdaptivePolicy:
         self._t_target = [cost_model.t_target(k) for k in range(1, max_gamma + 2)]  # T_target(1..max_gamma+1)
         self._t_draft = cost_model.t_draft
         self._step = [cost_model.step_time(k) for k in range(max_gamma + 1)]  # k = 0: a plain step
+        self._rate = 1.0 / self._step[0]
 
     # ------------------------------------------------------------------------------ pricing
     def step_time(self, k: int) -> float:
@@ -175,6 +182,8 @@ class AdaptivePolicy:
     def next_lengths(self, left: torch.Tensor) -> torch.Tensor:
         alpha = self.model.mean()
         k, self._rate = self.best_length(alpha)
+        if k and self.state.seconds > 0:  # adapting beats the best fixed length: hold drafting to its rate
+            self._rate = max(self._rate, self.state.tokens / self.state.seconds)
         self.probing, st = False, self.state
         if k == 0:
             st.since_probe += 1
@@ -205,23 +214,34 @@ class AdaptivePolicy:
         self._p, self._alive = p, ok
         return ok
 
-    def threshold(self, i: int) -> float:
-        """The least P(positions < i accepted) x P(position i accepted) for which drafting position i pays.
+    def threshold(self, i: int, paid: bool = True) -> float:
+        """The least P for which drafting position i pays; P = P(positions < i accepted) x P(position i
+        accepted) when position i's draft call is `paid` (its forward produced the confidence), else
+        P(positions < i accepted) and position i expected at rate a.
 
         Drafting on to length L >= i adds P x S(L) expected tokens, S(L) = 1 + a + .. + a^(L-i) with a the
-        expected acceptance of later positions, and costs C(L) = (L - i) t_draft + T_target(L + 1) -
-        T_target(i) more time (position i's draft call is paid already: it produced the confidence). At the
-        policy's rate R (tokens per second of the best fixed length) that pays iff P > R C(L) / S(L) for
-        some L: the threshold is the least of those.
+        expected acceptance of later positions (times a when position i is not drafted yet), and costs
+        C(L) = (L - i + [not paid]) t_draft + T_target(L + 1) - T_target(i) more time. At the policy's rate
+        R (tokens per second: the best fixed length's under the model, or what this policy's drafting steps
+        achieved, priced by the cost model from counts, whichever is higher) that pays iff P > R C(L) / S(L)
+        for some L: the threshold is the least of those.
         """
-        a, t0 = self._alpha, self._t_target[i - 1]  # stopping now verifies i - 1 drafted tokens
-        best, s, pw = math.inf, 0.0, 1.0
+        a, t0 = self._alpha, self._t_target[i - 1]  # stopping before position i verifies i - 1 drafts
+        best, s, pw = math.inf, 0.0, 1.0 if paid else self._alpha
         for L in range(i, self.max_gamma + 1):
             s += pw
             pw *= a
-            extra = (L - i) * self._t_draft + self._t_target[L] - t0
-            best = min(best, self._rate * extra / s)
+            extra = (L - i + (not paid)) * self._t_draft + self._t_target[L] - t0
+            best = min(best, self._rate * extra / max(s, 1e-300))
         return best
+
+    def more(self, i: int) -> bool:
+        """After position i was drafted: is the draft call for position i + 1 expected to pay? Asked before
+        that call, so a step whose next position is not worth drafting does not waste a forward on it."""
+        if self._p is None or i >= self.max_gamma:
+            return False
+        alive = self._alive
+        return bool(alive.any()) and float(self._p.mean()) > self.threshold(i + 1, paid=False)
 
     def observe(self, draft, accepted: torch.Tensor) -> None:
         """Update the acceptance model from a verdict: position j of row b was reached when j <= n_b + 1.
@@ -232,6 +252,9 @@ class AdaptivePolicy:
         k = draft.tokens.shape[1]
         if k == 0:
             return
+        st = self.state  # priced from counts, never from clocks: seeded runs reproduce
+        st.tokens = 0.98 * st.tokens + float(accepted.double().mean()) + 1.0
+        st.seconds = 0.98 * st.seconds + self._step[k]
         j = torch.arange(1, k + 1)[None, :]
         lengths, acc = draft.lengths.cpu()[:, None], accepted.cpu()[:, None]
         drafted = j <= lengths

@@ -150,21 +150,3 @@ class GenerationStats:
         for i, (r, a) in enumerate(zip(reached.sum(0).tolist(), acc.sum(0).tolist())):
             self.position_drafted[i] += int(r)
             self.position_accepted[i] += int(a)
-
-    def smoothed_alphas(self, max_gamma: int, prior_weight: float = 2.0,
-                        prior: list[float] | None = None) -> list[float]:
-        """Per-position acceptance estimates for positions 1..max_gamma, for choosing gamma.
-
-        Each position's rate is shrunk, with `prior_weight` pseudo-observations, towards `prior[i]` (rates
-        carried over from earlier runs; positions past its end use its last value) or, without a prior,
-        towards the pooled rate (itself a Laplace estimate). So positions never reached (beyond the
-        current gamma) still get an estimate, and a few lucky or unlucky steps do not swing gamma.
-        """
-        pooled = (sum(self.position_accepted) + 1.0) / (sum(self.position_drafted) + 2.0)
-        out = []
-        for i in range(max_gamma):
-            d = self.position_drafted[i] if i < len(self.position_drafted) else 0
-            a = self.position_accepted[i] if i < len(self.position_accepted) else 0
-            target = prior[min(i, len(prior) - 1)] if prior else pooled
-            out.append((a + prior_weight * target) / (d + prior_weight))
-        return out
