@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, fields
 
 import torch
 import torch.nn.functional as F
-from transformers import GenerationConfig
+from transformers import GenerationConfig, GenerationMixin, PretrainedConfig
 from transformers.generation import logits_process as lp
 
 from exactspec.sampling import sample_from_probs
@@ -230,6 +230,13 @@ class Prefixes:
         return seq, hist, plen
 
 
+class _DecoderOnly(GenerationMixin):
+    """The little of a decoder-only model that transformers' processor set-up reads (specs built without one)."""
+
+    config = PretrainedConfig()
+    device = torch.device("cpu")
+
+
 class SamplingSpec:
     """One run's sampling: `config`, the run's single torch.Generator, and the target's processors.
 
@@ -238,8 +245,13 @@ class SamplingSpec:
     because any q is allowed as long as drafted tokens have q(x) > 0.
     """
 
-    def __init__(self, config: SamplingConfig, generator: torch.Generator, vocab_size: int, model,
-                 max_new_tokens: int):
+    def __init__(self, config: SamplingConfig | None = None, generator: torch.Generator | None = None,
+                 vocab_size: int | None = None, model=None, max_new_tokens: int = 2**30, *, greedy: bool = False,
+                 temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, min_p: float | None = None):
+        if config is None:  # the keyword form: a plain temperature / top-k / top-p / min-p transform
+            config = SamplingConfig(do_sample=not greedy, temperature=temperature, top_k=top_k, top_p=top_p,
+                                    min_p=min_p or None)
+        model = model if model is not None else _DecoderOnly()
         self.config, self.generator, self.vocab_size = config, generator, vocab_size
         self.greedy = config.greedy
         self.temperature, self.top_k, self.top_p = config.temperature, config.top_k, config.top_p
