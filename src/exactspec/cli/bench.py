@@ -7,8 +7,8 @@ import argparse
 def register(sub) -> None:
     p = sub.add_parser("bench", help="benchmark exactspec against target alone and HF assisted generation",
                        description=__doc__)
-    p.add_argument("--target", help="target model path (default: the shipped demo pair)")
-    p.add_argument("--draft", help="draft model path (default: the shipped demo pair)")
+    p.add_argument("--target", help="target model: a directory or a .gguf file (default: the shipped demo pair)")
+    p.add_argument("--draft", help="draft model: a directory or a .gguf file (default: the shipped demo pair)")
     p.add_argument("--prompts", help="file with one prompt per blank-line-separated block (default: demo prompts)")
     p.add_argument("--num-prompts", type=int, default=4, help="how many prompts to use (default 4)")
     p.add_argument("--max-new-tokens", type=int, default=64)
