@@ -132,8 +132,8 @@ def run_demo(target, draft, tokenizer, prompts: list[str], *, max_new_tokens: in
         kinds: list[str] = []
         t0 = time.perf_counter()
         stream = gen.stream(enc["input_ids"], enc["attention_mask"], max_new_tokens=max_new_tokens,
-                            do_sample=not greedy, temperature=temperature, gamma=gamma, method=method,
-                            eos_token_id=[], seed=seed + i)
+                            do_sample=not greedy, temperature=temperature, top_k=0, gamma=gamma,
+                            method=method, eos_token_id=[], seed=seed + i)  # top_k=0: as the HF run below
         for step in stream:
             for toks, fds, drafted in zip(step.tokens, step.from_draft, step.drafted):
                 start = len(ids)
