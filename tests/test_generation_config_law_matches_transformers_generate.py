@@ -80,8 +80,9 @@ def test_explicit_arguments_override_the_config():
     assert SamplingConfig.from_model(target, temperature=0).greedy  # exactspec's convention: 0 is greedy
     with pytest.raises(ValueError, match="repetiton_penalty"):
         SamplingConfig.from_model(target, repetiton_penalty=1.2)
-    with pytest.raises(ValueError, match="num_beams"):
-        SamplingConfig.from_model(target, num_beams=2)
+    for setting, value in (("num_beams", 2), ("guidance_scale", 1.5), ("encoder_repetition_penalty", 1.2)):
+        with pytest.raises(ValueError, match=setting):  # never silently ignored
+            SamplingConfig.from_model(target, **{setting: value})
     with pytest.raises(ValueError, match="top_p"):
         SamplingConfig(top_p=1.5)
     with pytest.raises(ValueError, match="repetition_penalty"):

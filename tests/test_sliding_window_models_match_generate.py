@@ -47,3 +47,12 @@ def test_greedy_speculative_equals_generate_past_the_window(case):
     assert 0 < out.stats.accepted_tokens < out.stats.drafted_tokens  # holes and rollbacks happened
     for row, prompt in zip(out.sequences.tolist(), PROMPTS):
         assert row[-N_NEW:] == _reference(target, prompt)
+
+
+def test_a_window_layout_the_cache_cannot_roll_back_is_a_clear_error():
+    cfg = Gemma3TextConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, head_dim=8, sliding_window=4,
+                           use_bidirectional_attention=True, pad_token_id=0)
+    target = Gemma3ForCausalLM(cfg).eval()
+    with pytest.raises(ValueError, match="rolled back"):
+        SpeculativeGenerator(target, drafter="prompt_lookup").generate(torch.tensor([[3, 1, 4]]), max_new_tokens=2)

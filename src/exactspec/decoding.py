@@ -123,7 +123,8 @@ class SpeculativeGenerator:
     """Exact speculative decoding with a draft model or a model-free drafter.
 
     Args:
-        target: a transformers causal LM (Llama, Qwen2, GPT-2, ... any full-attention KV-cache model).
+        target: a transformers causal LM with a KV cache (Llama, Qwen2, GPT-2, ...; sliding-window models
+            such as Mistral or Gemma 2/3 too, see :mod:`exactspec.cache`), loaded from a directory or a GGUF.
         draft: a smaller causal LM sharing the target's tokenizer (lm-head widths may differ by padding),
             on the target's device; its dtype may differ (e.g. a bf16 draft for an fp32 target): its
             distributions are taken in fp32, and exactness never depends on how good q is.
