@@ -117,8 +117,8 @@ def test_tokens_after_several_steps_keep_the_target_distribution(method):
     the batch; the joint law of the 5th and 6th tokens still matches the enumerated target."""
     target, draft = _lm(8, seed=0), _lm(8, seed=1)
     ids, mask = left_padded([PROMPTS[0]] * 3000 + [PROMPTS[1]] * 3000)
-    out = SpeculativeGenerator(target, draft).generate(ids, mask, max_new_tokens=6, gamma=2, method=method, do_sample=True,
-                                                       seed=99, eos_token_id=[], pad_token_id=0)
+    out = SpeculativeGenerator(target, draft).generate(ids, mask, max_new_tokens=6, gamma=2, method=method,
+                                                       do_sample=True, seed=99, eos_token_id=[], pad_token_id=0)
     new = out.sequences[:, ids.shape[1]:].numpy()
     assert out.stats.target_calls >= 3
     for i, prompt in enumerate(PROMPTS):
