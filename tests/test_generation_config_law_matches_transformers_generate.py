@@ -35,7 +35,7 @@ def generate_law(model, prefix, **kw) -> torch.Tensor:
     return torch.softmax(out.scores[0][0].double(), -1)
 
 
-@pytest.mark.parametrize("overrides", [{}, dict(repetition_penalty=1.0, top_p=1.0, temperature=1.3)])
+@pytest.mark.parametrize("overrides", [{}, dict(repetition_penalty=1.0, top_p=1.0, temperature=1.3, min_p=0.05)])
 def test_target_law_at_each_position_equals_generate_scores(overrides):
     target = _target(32, **SETTINGS)
     prompts, generated = [[3, 1, 4, 1, 5, 9, 2], [2, 7, 1, 8]], [[6, 5], []]

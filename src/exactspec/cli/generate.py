@@ -7,6 +7,8 @@ Accepted draft tokens are shown in green, tokens the target drew after a rejecti
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import sys
 
@@ -61,7 +63,8 @@ def load_models(args):
         raise ValueError("--prompt-lookup and --draft exclude each other")
     if args.target is not None and args.draft is None and not args.prompt_lookup:
         raise ValueError("--target needs --draft or --prompt-lookup")
-    target, draft, tok = load_pair(args.target, args.draft, device=args.device)
+    with contextlib.redirect_stderr(io.StringIO()):  # transformers' GGUF loader draws a plain tqdm bar there
+        target, draft, tok = load_pair(args.target, args.draft, device=args.device)
     return target, (None if args.prompt_lookup else draft), tok
 
 
