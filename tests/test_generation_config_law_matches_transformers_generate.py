@@ -85,6 +85,8 @@ def test_explicit_arguments_override_the_config():
             SamplingConfig.from_model(target, **{setting: value})
     with pytest.raises(ValueError, match="top_p"):
         SamplingConfig(top_p=1.5)
+    with pytest.raises(ValueError, match="bad_words_ids"):  # checked when the run starts, not mid-stream
+        SamplingSpec(SamplingConfig.from_model(target, bad_words_ids=[[3, 70]]), torch.Generator(), 16, target, 4)
     with pytest.raises(ValueError, match="repetition_penalty"):
         SamplingConfig.from_model(target, repetition_penalty=-1.0)
 

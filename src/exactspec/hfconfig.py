@@ -258,6 +258,15 @@ class SamplingSpec:
         self._model, self._max_new, self._device = model, max_new_tokens, model.device
         self._lists: dict[int, lp.LogitsProcessorList] = {}
         probe = self._processors(1)  # validates every processor now, not mid-stream
+        if vocab_size:  # some check their arguments on first use only (bad_words_ids against the vocabulary)
+            for proc in probe:
+                try:
+                    proc(torch.zeros(1, 1, dtype=torch.long, device=self._device),
+                         torch.zeros(1, vocab_size, device=self._device))
+                except (ValueError, IndexError) as exc:
+                    name = "bad_words_ids" if isinstance(proc, lp.NoBadWordsLogitsProcessor) else \
+                        "sequence_bias" if isinstance(proc, lp.SequenceBiasLogitsProcessor) else type(proc).__name__
+                    raise ValueError(f"{name}: {exc}") from exc
         self._static_only = all(isinstance(p, _STATIC) for p in probe)
         # Row-wise processors; the draft's q uses these only (q need only be the law drafts came from).
         self._static = [p for p in probe if isinstance(p, _STATIC)]
