@@ -4,9 +4,13 @@ Every system decodes the same prompts with the same settings; runs are interleav
 noisy, shared machine slows all systems alike, and per-system medians over repeats are reported. EOS does not
 stop any system (all produce exactly `max_new_tokens` per row), so tokens/s compare like with like.
 
+Systems are typed records (:class:`System`: kind, gamma, rule, drafter), never parsed back from their
+display names. A sweep of fixed draft lengths (``gammas``) runs next to ``gamma="auto"``, and the report's
+``summary`` puts the best fixed gamma beside auto.
+
 For each exactspec system the speedup *predicted* from a `CostModel` and the run's measured per-position
-acceptance, E(alpha_1..alpha_g) * T_target(1) / (g * t_draft + T_target(g + 1) + t_overhead), is put next to
-the measured one, twice:
+acceptance (:func:`exactspec.speedup.predict`, the one prediction path) is put next to the measured one,
+twice:
 
 - ``predicted_speedup``: the cost model calibrated on one untimed run of the loop before the timed runs
   (`CostModel.calibrate`: a draft step as it costs inside the loop, and the loop's per-step overhead);
@@ -15,6 +19,8 @@ the measured one, twice:
 """
 from __future__ import annotations
 
+import json
+import pathlib
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -31,7 +37,8 @@ LOOP = "target (exactspec loop)"
 
 @dataclass
 class BenchConfig:
-    """What to run. `systems=None` runs every system that applies to the batch size."""
+    """What to run. `systems=None` runs every system that applies to the batch size; `gammas` are the fixed
+    draft lengths of the token rule's sweep (default: `gamma`, or 4 when `gamma` is "auto")."""
 
     prompts: list[str]
     max_new_tokens: int = 64
@@ -41,6 +48,36 @@ class BenchConfig:
     repeats: int = 3
     seed: int = 0
     systems: list[str] | None = None
+    gammas: tuple[int, ...] | None = None
+
+
+@dataclass
+class System:
+    """One benchmarked system. `kind`: "hf" (transformers generate), "loop" (our target-alone loop),
+    "assisted" (transformers assisted generation) or "exactspec"; `drafter`: "model" or "prompt_lookup";
+    `run(input_ids, attention_mask, seed) -> (new tokens, GenerationStats or None)`."""
+
+    name: str
+    kind: str
+    run: Callable = field(repr=False, compare=False)
+    gamma: int | str | None = None
+    method: str | None = None
+    drafter: str | None = None
+
+
+def load_prompts(path: str | pathlib.Path) -> list[str]:
+    """Prompts from a file: JSON (a list of strings, or {"prompts": [str | {"text": str}]}) or plain text
+    with one prompt per blank-line-separated block."""
+    text = pathlib.Path(path).read_text(encoding="utf-8")
+    if str(path).endswith(".json"):
+        data = json.loads(text)
+        items = data["prompts"] if isinstance(data, dict) else data
+        prompts = [p["text"] if isinstance(p, dict) else p for p in items]
+    else:
+        prompts = [b.strip("\n") for b in text.split("\n\n") if b.strip()]
+    if not prompts or not all(isinstance(p, str) and p.strip() for p in prompts):
+        raise ValueError(f"--prompts {path}: no prompts, or an empty one")
+    return prompts
 
 
 @dataclass
@@ -102,70 +139,65 @@ def _hf_kwargs(cfg: BenchConfig, tokenizer) -> dict:
     return kw
 
 
-def build_systems(target, draft, tokenizer, cfg: BenchConfig, cost_model) -> dict[str, Callable]:
-    """name -> fn(input_ids, attention_mask, call_seed) returning (new_tokens, GenerationStats or None)."""
+def build_systems(target, draft, tokenizer, cfg: BenchConfig, cost_model) -> dict[str, System]:
+    """name -> :class:`System`, in the order they run (interleaved)."""
     from exactspec.decoding import SpeculativeGenerator
 
     hf_kw = _hf_kwargs(cfg, tokenizer)
     gamma_n = cfg.gamma if isinstance(cfg.gamma, int) else 4
+    gammas = cfg.gammas or (gamma_n,)
     spec_kw = dict(max_new_tokens=cfg.max_new_tokens, do_sample=cfg.temperature > 0,
                    temperature=max(cfg.temperature, 0.0), top_k=0, top_p=1.0,  # as hf_kw
                    eos_token_id=[], pad_token_id=tokenizer.pad_token_id)
-    with_draft = SpeculativeGenerator(target, draft, cost_model=cost_model)
-    lookup = SpeculativeGenerator(target, drafter="prompt_lookup")
 
     def hf(ids, mask, seed, **extra):
         torch.manual_seed(seed)
         out = target.generate(ids, attention_mask=mask, **hf_kw, **extra)
         return (out.shape[1] - ids.shape[1]) * ids.shape[0], None
 
-    def ours(gen, **extra):
-        def run(ids, mask, seed):
-            out = gen.generate(ids, attention_mask=mask, seed=seed, **spec_kw, **extra)
-            return out.stats.new_tokens, out.stats
-        return run
-
     def loop(ids, mask, seed):
         toks = target_alone_loop(target, ids, mask, max_new_tokens=cfg.max_new_tokens,
                                  temperature=cfg.temperature, seed=seed)
         return toks.numel(), None
 
-    systems = {
-        BASELINE: hf,
-        LOOP: loop,
-        f"HF assisted (γ={gamma_n})": lambda ids, mask, seed: hf(
+    def ours(name, gamma, method="token", drafter="model"):
+        # One generator per system: gamma="auto" carries what it learns from run to run per generator.
+        gen = SpeculativeGenerator(target, draft, cost_model=cost_model) if drafter == "model" else \
+            SpeculativeGenerator(target, drafter="prompt_lookup")
+
+        def run(ids, mask, seed):
+            out = gen.generate(ids, attention_mask=mask, seed=seed, gamma=gamma, method=method, **spec_kw)
+            return out.stats.new_tokens, out.stats
+        return System(name, "exactspec", run, gamma, method, drafter)
+
+    systems = [System(BASELINE, "hf", hf), System(LOOP, "loop", loop)]
+    if cfg.batch_size == 1:  # HF assisted generation only supports batch size 1
+        systems.append(System(f"HF assisted (γ={gamma_n})", "assisted", lambda ids, mask, seed: hf(
             ids, mask, seed, assistant_model=draft, num_assistant_tokens=gamma_n,
-            num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.0),
-        f"exactspec token (γ={gamma_n})": ours(with_draft, gamma=gamma_n, method="token"),
-        f"exactspec block (γ={gamma_n})": ours(with_draft, gamma=gamma_n, method="block"),
-        "exactspec token (γ=auto)": ours(with_draft, gamma="auto", method="token"),
-        f"exactspec prompt lookup (γ={gamma_n})": ours(lookup, gamma=gamma_n, method="token"),
-    }
-    if cfg.batch_size > 1:  # HF assisted generation only supports batch size 1
-        systems = {k: v for k, v in systems.items() if not k.startswith("HF assisted")}
+            num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.0), gamma_n))
+    systems += [ours(f"exactspec token (γ={g})", g) for g in gammas]
+    systems += [ours(f"exactspec block (γ={gamma_n})", gamma_n, "block"),
+                ours("exactspec token (γ=auto)", "auto"),
+                ours("exactspec block (γ=auto)", "auto", "block"),
+                ours(f"exactspec prompt lookup (γ={gamma_n})", gamma_n, drafter="prompt_lookup"),
+                ours("exactspec prompt lookup (γ=auto)", "auto", drafter="prompt_lookup")]
     if cfg.systems:
-        systems = {k: v for k, v in systems.items() if any(s.lower() in k.lower() for s in cfg.systems)}
-        systems.setdefault(BASELINE, hf)
-    return systems
+        systems = [s for s in systems if s.kind == "hf" or any(x.lower() in s.name.lower() for x in cfg.systems)]
+    return {s.name: s for s in systems}
 
 
-def predicted_speedup(name: str, stats, cost_model, prefill: dict | None = None) -> float | None:
-    """Cost-model prediction from a run's measured per-position acceptance and the lengths it drafted
-    (`stats`: merged GenerationStats; see `exactspec.speedup.mixed_length_speedup`); None if nothing
-    was drafted. With `prefill` ({"plain": s, name: s per call, "n_tokens": per row}) the prediction is
-    end to end, prefills included (`exactspec.speedup.end_to_end_speedup`), like the measured tokens/s;
-    `cost_model` is then that system's calibrated model, used as is."""
-    from exactspec.speedup import end_to_end_speedup, mixed_length_speedup
+def predicted_speedup(system: System, stats, cost_model, prefill: dict | None = None,
+                      batch_size: int = 1) -> float | None:
+    """:func:`exactspec.speedup.predict` for one system: per step with the bare-forwards `cost_model` (a
+    model-free drafter's draft priced free), or end to end with `prefill` ({"plain": s, name: s per call,
+    "n_tokens": per row}), `cost_model` then being that system's calibrated model, used as is."""
+    from exactspec.speedup import predict
 
-    alphas = [a / d for a, d in zip(stats.position_accepted, stats.position_drafted) if d]
-    if not alphas or not sum(stats.length_counts):
-        return None
     if prefill is None:
-        if "prompt lookup" in name:  # a model-free drafter costs (almost) nothing per token
-            cost_model = cost_model.without_draft()
-        return float(mixed_length_speedup(alphas, stats.length_counts, cost_model))
-    return float(end_to_end_speedup(alphas, stats.length_counts, cost_model, prefill["n_tokens"],
-                                    prefill_plain=prefill["plain"], prefill_spec=prefill[name]))
+        cm = cost_model.without_draft() if system.drafter == "prompt_lookup" else cost_model
+        return predict(stats, cm)
+    return predict(stats, cost_model, n_tokens=prefill["n_tokens"], prefill_plain=prefill["plain"],
+                   prefill_spec=prefill[system.name], batch_size=batch_size)
 
 
 def run_bench(target, draft, tokenizer, cfg: BenchConfig, progress=None) -> dict:
@@ -182,15 +214,15 @@ def run_bench(target, draft, tokenizer, cfg: BenchConfig, progress=None) -> dict
     systems = build_systems(target, draft, tokenizer, cfg, cost_model)
     results = {name: SystemResult(name) for name in systems}
     total, done = cfg.repeats * len(batches) * len(systems), 0
-    for fn in systems.values():  # warm-up: first calls pay for allocation and lazy initialisation
-        fn(*batches[0], cfg.seed)
+    for system in systems.values():  # warm-up: first calls pay for allocation and lazy initialisation
+        system.run(*batches[0], cfg.seed)
     loop_costs, prefill = _calibrated(target, systems, batches, cfg, cost_model)
     for r in range(cfg.repeats):
         totals = {name: [0.0, 0] for name in systems}
         for b, (ids, mask) in enumerate(batches):
-            for name, fn in systems.items():  # interleaved: A B C A B C ...
+            for name, system in systems.items():  # interleaved: A B C A B C ...
                 t0 = time.perf_counter()
-                n, stats = fn(ids, mask, cfg.seed + 1000 * r + b)
+                n, stats = system.run(ids, mask, cfg.seed + 1000 * r + b)
                 totals[name][0] += time.perf_counter() - t0
                 totals[name][1] += n
                 if stats is not None and r == cfg.repeats - 1:
@@ -201,7 +233,7 @@ def run_bench(target, draft, tokenizer, cfg: BenchConfig, progress=None) -> dict
         for name, (t, n) in totals.items():
             results[name].times.append(t)
             results[name].tokens.append(n)
-    return _report(results, cfg, cost_model, loop_costs, prefill)
+    return _report(results, systems, cfg, cost_model, loop_costs, prefill)
 
 
 def _calibrated(target, systems: dict, batches, cfg: BenchConfig, cost_model) -> tuple[dict, dict]:
@@ -214,14 +246,14 @@ def _calibrated(target, systems: dict, batches, cfg: BenchConfig, cost_model) ->
     lookup drafts in Python) with our target-alone loop (its time per step prices plain decoding), so a
     machine that speeds up or slows down shifts both sides alike, as in the timed runs.
     """
-    names = [k for k in systems if k.startswith("exactspec")]
+    names = [k for k, s in systems.items() if s.kind == "exactspec"]
     if not names:
         return {}, {}
     stats: dict[str, list] = {k: [] for k in names}
     plain_s, plain_prefill, n = 0.0, 0.0, cfg.max_new_tokens
     for b, (ids, mask) in enumerate(batches):
         for name in names:
-            stats[name].append(systems[name](ids, mask, cfg.seed - 1 - b)[1])
+            stats[name].append(systems[name].run(ids, mask, cfg.seed - 1 - b)[1])
         timings: dict = {}
         t0 = time.perf_counter()
         target_alone_loop(target, ids, mask, max_new_tokens=n, temperature=cfg.temperature,
@@ -233,23 +265,28 @@ def _calibrated(target, systems: dict, batches, cfg: BenchConfig, cost_model) ->
     plain_time = (plain_s - plain_prefill) / (len(batches) * (n - 1)) if n > 1 else None
     costs, prefill = {}, {"plain": plain_prefill / len(batches), "n_tokens": n}
     for name in names:
-        base = cost_model.without_draft() if "prompt lookup" in name else cost_model
+        base = cost_model.without_draft() if systems[name].drafter == "prompt_lookup" else cost_model
         costs[name] = base.calibrate(stats[name], plain_time=plain_time)
         prefill[name] = sum(s.prefill_time for s in stats[name]) / len(stats[name])
     return costs, prefill
 
 
-def _report(results: dict[str, SystemResult], cfg: BenchConfig, cost_model, loop_costs: dict,
-            prefill: dict) -> dict:
+def _report(results: dict[str, SystemResult], systems: dict[str, System], cfg: BenchConfig, cost_model,
+            loop_costs: dict, prefill: dict) -> dict:
     base = results[BASELINE].tokens_per_second
     loop = results.get(LOOP)
-    assisted = next((r for k, r in results.items() if k.startswith("HF assisted")), None)
+    assisted = next((results[k] for k, s in systems.items() if s.kind == "assisted"), None)
     rows = []
     for name, res in results.items():
+        system = systems[name]
         tps = res.tokens_per_second
         st = GenerationStats.merge(res.stats) if res.stats else None
         rows.append({
             "system": name,
+            "kind": system.kind,
+            "gamma": system.gamma,
+            "method": system.method,
+            "drafter": system.drafter,
             "tokens_per_second": tps,
             "speedup_vs_target": tps / base,
             "speedup_vs_exactspec_loop": tps / loop.tokens_per_second if loop else None,
@@ -260,9 +297,11 @@ def _report(results: dict[str, SystemResult], cfg: BenchConfig, cost_model, loop
             "per_position_acceptance": [a / d if d else None for a, d in
                                         zip(st.position_accepted, st.position_drafted)] if st else [],
             "length_counts": st.length_counts if st else [],
-            "predicted_speedup": predicted_speedup(name, st, loop_costs[name], prefill)
+            "predicted_speedup": predicted_speedup(system, st, loop_costs[name], prefill, cfg.batch_size)
             if st and name in loop_costs else None,
-            "predicted_speedup_forwards": predicted_speedup(name, st, cost_model) if st else None,
+            "predicted_speedup_forwards": predicted_speedup(system, st, cost_model) if st else None,
+            "plain_steps": st.plain_steps if st else None,
+            "early_stops": st.early_stops if st else None,
             # Where a step's time goes inside the loop (ms per target call): what the cost model prices
             # (draft and target forwards) against what it does not (sampling, verification, bookkeeping).
             "ms_per_step": {part: 1e3 * getattr(st, f"{part}_time") / st.target_calls
@@ -278,5 +317,21 @@ def _report(results: dict[str, SystemResult], cfg: BenchConfig, cost_model, loop
         "calibrated_cost_models": {name: cm.to_dict() for name, cm in loop_costs.items()},
         "calibrated_prefill_seconds": prefill,
         "rows": rows,
+        "summary": _summary(rows),
         "notes": ["HF assisted generation supports batch size 1 only"] if cfg.batch_size > 1 else [],
     }
+
+
+def _summary(rows: list[dict]) -> dict:
+    """The best fixed gamma of the draft model's token rule beside gamma="auto" (tokens/s ratios)."""
+    chain = [r for r in rows if r["kind"] == "exactspec" and r["drafter"] == "model" and r["method"] == "token"]
+    fixed = [r for r in chain if isinstance(r["gamma"], int)]
+    auto = next((r for r in chain if r["gamma"] == "auto"), None)
+    if not fixed:
+        return {}
+    best = max(fixed, key=lambda r: r["tokens_per_second"])
+    out = {"best_fixed_gamma": best["gamma"], "best_fixed_speedup_vs_target": best["speedup_vs_target"]}
+    if auto is not None:
+        out |= {"auto_speedup_vs_target": auto["speedup_vs_target"],
+                "auto_vs_best_fixed": auto["tokens_per_second"] / best["tokens_per_second"]}
+    return out

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from exactspec.cache import SlotCache
 from exactspec.drafters import DraftModelDrafter, PromptLookupDrafter
 from exactspec.hfconfig import Prefixes, SamplingConfig, SamplingSpec
+from exactspec.policy import AdaptivePolicy, DraftingState, FixedPolicy
 from exactspec.stats import GenerationStats
 from exactspec.rules import verify
 
@@ -35,7 +36,6 @@ __all__ = ["SpeculativeGenerator", "GenerationOutput", "StreamStep", "Generation
 METHODS = ("token", "block", "greedy")
 # Cost models measured once per (target, draft, batch size) for gamma="auto"; weak refs so models can be freed.
 _COST_MODELS: dict[tuple[int, int, int], tuple] = {}
-AUTO_CALIBRATE_AFTER = 4  # target calls of a run before gamma="auto" prices the loop from its own timings
 
 
 @dataclass
@@ -130,13 +130,15 @@ class SpeculativeGenerator:
             distributions are taken in fp32, and exactness never depends on how good q is.
         drafter: instead of `draft`: ``"prompt_lookup"`` or a drafter object (e.g.
             ``PromptLookupDrafter(max_ngram=3, max_draft=10)``).
-        cost_model: a :class:`exactspec.CostModel` for ``gamma="auto"``; measured once per pair (and
-            cached) when omitted.
-        max_gamma: largest gamma ``gamma="auto"`` may choose. ``gamma="auto"`` starts each run from the
-            per-position acceptance its earlier runs measured (the first run from a neutral guess).
-        calibrate: with ``gamma="auto"``, after ``AUTO_CALIBRATE_AFTER`` target calls re-price the cost
-            model from the run's own timings (:meth:`CostModel.calibrate`: draft steps as they cost inside
-            the loop, plus the loop's per-step overhead). ``False`` uses `cost_model` exactly as given.
+        cost_model: a :class:`exactspec.CostModel` for ``gamma="auto"``; measured once per pair and batch
+            size (cached in the process) when omitted.
+        max_gamma: the longest draft ``gamma="auto"`` may make in a step. ``gamma="auto"`` carries what it
+            learns (acceptance by draft confidence, probing state) from run to run of this generator, per
+            sampling setting and rule; a fresh generator starts from a neutral guess.
+        calibrate: with ``gamma="auto"``, after each run re-price the cost model for later runs from that
+            run's own timings (:meth:`CostModel.calibrate`: draft steps as they cost inside the loop, plus
+            the loop's per-step overhead). Never inside a run: a seeded run on a fresh generator reproduces.
+            ``False`` uses `cost_model` exactly as given.
         tokenizer, draft_tokenizer: optional; when both are given their vocabularies must agree
             (see :meth:`check_tokenizers`).
     """
@@ -166,9 +168,10 @@ class SpeculativeGenerator:
             raise ValueError(f"max_gamma must be an integer >= 1, got {max_gamma!r}")
         self.target, self.draft, self.drafter = target, draft, drafter
         self.cost_model, self.max_gamma, self.calibrate = cost_model, max_gamma, bool(calibrate)
-        # Per-position acceptance carried from one run to the next (per sampling setting and rule), so
-        # gamma="auto" starts a run from what earlier runs of this generator measured, not a blind guess.
-        self._alpha_priors: dict[tuple, list[float]] = {}
+        # What gamma="auto" learnt in earlier runs of this generator, per sampling setting and rule: the
+        # acceptance model and the probing state (see exactspec.policy); cost models calibrated on its runs.
+        self._drafting: dict[tuple, DraftingState] = {}
+        self._calibrated: dict[int, object] = {}
 
     @staticmethod
     def check_tokenizers(tokenizer, draft_tokenizer) -> None:
@@ -190,7 +193,7 @@ class SpeculativeGenerator:
 
     def stream(self, input_ids, attention_mask=None, *, max_new_tokens: int, do_sample: bool | None = None,
                temperature: float | None = None, top_k: int | None = None, top_p: float | None = None,
-               min_p: float | None = None, gamma=4, method: str = "token", eos_token_id=None,
+               min_p: float | None = None, gamma="auto", method: str = "token", eos_token_id=None,
                pad_token_id=None, seed=None, generation_config=None, **generation_kwargs) -> GenerationStream:
         """Generate step by step. Returns an iterable of :class:`StreamStep` whose ``.output`` is set at the end.
 
@@ -207,7 +210,9 @@ class SpeculativeGenerator:
                 unless the config sets ``top_k``. p at every position is what transformers' own logits
                 processors give with that position's prefix. ``temperature=0`` or ``method="greedy"``
                 force greedy decoding, which reproduces ``target.generate(do_sample=False)`` token for token.
-            gamma: draft tokens per step (int >= 1) or ``"auto"``.
+            gamma: ``"auto"`` (default: :class:`exactspec.policy.AdaptivePolicy` drafts while drafting pays,
+                stops a step early when the draft's confidence says another token does not pay, and takes
+                plain target steps when no length pays) or a fixed number of draft tokens per step (>= 1).
             method: verification rule: "token" (Leviathan et al.), "block" (Sun et al. 2024) or "greedy".
                 In greedy mode "token"/"block" act on one-hot distributions, where they reduce to greedy.
             eos_token_id: int or list; None uses ``target.generation_config.eos_token_id``; [] disables.
@@ -273,8 +278,9 @@ class SpeculativeGenerator:
                     eos=torch.tensor(eos, dtype=torch.long, device=device), pad=int(pad_token_id))
 
     # ---------------------------------------------------------------------------------- gamma
-    def _cost_model(self, batch_size: int):
-        """The given cost model, else one measured at this batch size (once per pair and batch size)."""
+    def _base_cost(self, batch_size: int):
+        """The given cost model, else one measured at this batch size (once per pair and batch size in the
+        process, so that fresh generators on the same models price alike)."""
         from exactspec.costmodel import CostModel
 
         if self.cost_model is not None:
@@ -290,19 +296,25 @@ class SpeculativeGenerator:
         _COST_MODELS[key] = (weakref.ref(self.target), weakref.ref(draft), cm)
         return cm
 
-    def _next_gamma(self, gamma, stats: GenerationStats, batch_size: int = 1, prior_key: tuple = ()) -> int:
-        if gamma != "auto":
-            return gamma
-        from exactspec.speedup import optimal_gamma
+    def _cost_model(self, batch_size: int):
+        """What gamma="auto" prices a run with, fixed before the run: with `calibrate`, the base model
+        re-priced on this generator's earlier runs at this batch size (CostModel.calibrate), else the base."""
+        return self._calibrated.get(batch_size) or self._base_cost(batch_size)
 
-        cost = self._cost_model(batch_size)
-        if self.calibrate and stats.target_calls >= AUTO_CALIBRATE_AFTER:
-            # Price the loop as it runs (draft steps with caches the target just evicted, the per-step
-            # overhead), not bare forward passes: see CostModel.calibrate.
-            cost = cost.calibrate(stats)
-        prior = self._alpha_priors.get(prior_key)
-        best, _ = optimal_gamma(stats.smoothed_alphas(self.max_gamma, prior=prior), cost, self.max_gamma)
-        return int(best)
+    def _policy(self, gamma, batch_size: int, key: tuple):
+        """FixedPolicy(gamma), or for "auto" an AdaptivePolicy with this generator's acceptance model for
+        this sampling setting and rule (carried from run to run) and the run's fixed cost model."""
+        if gamma != "auto":
+            return FixedPolicy(gamma)
+        return AdaptivePolicy(self._cost_model(batch_size), self.max_gamma,
+                              self._drafting.setdefault(key, DraftingState()), free_draft=self.draft is None)
+
+    def _learn_costs(self, stats: GenerationStats, batch_size: int) -> None:
+        """After a gamma="auto" run: price later runs at this batch size as this loop ran (a draft step with
+        caches the target just evicted, the per-step overhead). Only between runs, so that no run's
+        decisions hang on timings taken inside it and a seeded run on a fresh generator reproduces."""
+        if self.calibrate and stats.draft_calls and stats.target_calls:
+            self._calibrated[batch_size] = self._base_cost(batch_size).calibrate(stats)
 
     # ------------------------------------------------------------------------------------ loop
     @torch.no_grad()  # not inference_mode: callers may edit the returned tensors in place
@@ -325,20 +337,12 @@ class SpeculativeGenerator:
             pending = ids[:, -1]  # [B]
             _sync(device)
             stats.prefill_time = time.perf_counter() - t_start
-        limit = getattr(drafter, "max_draft", None)
+        policy = self._policy(gamma, b, prior_key) if max_new > 0 else FixedPolicy(1)
         while active.numel():
-            g = self._next_gamma(gamma, stats, b, prior_key)
-            stats.gamma_history.append(g)
-            k = (max_new - n_gen[active] - 1).clamp(min=0, max=g if limit is None else min(g, limit))
+            caps = policy.next_lengths(max_new - n_gen[active] - 1)  # [B]; all 0: a plain target step
             t0 = time.perf_counter()
-            calls0 = getattr(drafter, "forward_calls", 0)
-            first0 = getattr(drafter, "first_call_time", 0.0)
-            draft = drafter.propose(k, spec)
-            calls = getattr(drafter, "forward_calls", 0) - calls0
-            stats.draft_calls += calls
-            if calls:
-                stats.draft_steps += 1
-                stats.draft_first_time += getattr(drafter, "first_call_time", 0.0) - first0
+            draft = drafter.propose(caps, spec, policy)
+            stats.record_draft(draft)
             _sync(device)
             t1 = time.perf_counter()
             big_k = draft.tokens.shape[1]
@@ -359,6 +363,7 @@ class SpeculativeGenerator:
                 verdict = verify(law, q, draft.tokens, method=method,
                                  draft_lengths=draft.lengths, generator=spec.generator)
             n, nxt = verdict.accepted, verdict.next_token
+            policy.observe(draft, n)
             emitted = torch.cat([draft.tokens, torch.zeros_like(pending)[:, None]], 1)
             emitted.scatter_(1, n[:, None], nxt[:, None])  # [B, K+1]: d_1..d_n, then the bonus token
             count = n + 1
@@ -385,7 +390,7 @@ class SpeculativeGenerator:
                 rows=active.tolist(),
                 tokens=[r[:c] for r, c in zip(emitted.tolist(), count.tolist())],
                 from_draft=[[i < nb for i in range(c)] for nb, c in zip(n.tolist(), count.tolist())],
-                finished=done.tolist(), gamma=g, drafted=draft.lengths.tolist())
+                finished=done.tolist(), gamma=big_k, drafted=draft.lengths.tolist())
             t3 = time.perf_counter()
             suspended += t3 - t_out  # time the consumer held the stream is not generation time
             keep = ~done
@@ -400,9 +405,9 @@ class SpeculativeGenerator:
                     pending = pending[rows_kept]
             active = active[keep]
             stats.verify_time += time.perf_counter() - t3
-        if gamma == "auto" and sum(stats.position_drafted):  # a run that drafted nothing teaches nothing
-            self._alpha_priors[prior_key] = stats.smoothed_alphas(self.max_gamma,
-                                                                  prior=self._alpha_priors.get(prior_key))
+        stats.early_stops = policy.early_stops
+        if gamma == "auto":
+            self._learn_costs(stats, b)
         new_len = int(n_gen.max()) if b else 0
         stats.new_tokens = int(n_gen.sum())
         stats.total_time = time.perf_counter() - t_start - suspended

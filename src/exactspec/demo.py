@@ -100,7 +100,7 @@ def training_report() -> dict:
 
 
 def run_demo(target, draft, tokenizer, prompts: list[str], *, max_new_tokens: int = 64, temperature: float = 0.0,
-             gamma: int = 4, method: str = "token", seed: int = 0, on_text=None) -> dict:
+             gamma: int | str = "auto", method: str = "token", seed: int = 0, on_text=None) -> dict:
     """Complete each prompt with speculative decoding, then measure plain decoding and the predicted speedup.
 
     `on_text(prompt_index, text, kind)` is called as text arrives; kind is "prompt", "accepted", "corrected"
@@ -114,7 +114,7 @@ def run_demo(target, draft, tokenizer, prompts: list[str], *, max_new_tokens: in
 
     from exactspec.costmodel import CostModel
     from exactspec.decoding import SpeculativeGenerator
-    from exactspec.speedup import end_to_end_speedup, mixed_length_speedup
+    from exactspec.speedup import predict
     from exactspec.stats import GenerationStats
     from exactspec.text import styled_pieces, token_kinds
 
@@ -163,15 +163,6 @@ def run_demo(target, draft, tokenizer, prompts: list[str], *, max_new_tokens: in
     plain_token = plain_time / plain_tokens
     loop_cost = cost.calibrate(total, plain_time=plain_token)
 
-    def predict(model, end_to_end: bool) -> float | None:
-        if not sum(total.position_drafted):  # nothing was drafted (e.g. one new token per prompt)
-            return None
-        if not end_to_end:
-            return float(mixed_length_speedup(total.per_position_acceptance, total.length_counts, model))
-        return float(end_to_end_speedup(total.per_position_acceptance, total.length_counts, model,
-                                        max_new_tokens, prefill_plain=plain_token,
-                                        prefill_spec=total.prefill_time / len(prompts)))
-
     return {
         "texts": texts,
         "stats": total.to_dict(),
@@ -181,8 +172,9 @@ def run_demo(target, draft, tokenizer, prompts: list[str], *, max_new_tokens: in
         "speculative_tokens_per_second": spec_tps,
         "plain_tokens_per_second": plain_tps,
         "measured_speedup": spec_tps / plain_tps,
-        "predicted_speedup": predict(loop_cost, end_to_end=True),
-        "predicted_speedup_forwards": predict(cost, end_to_end=False),
+        "predicted_speedup": predict(total, loop_cost, n_tokens=max_new_tokens, prefill_plain=plain_token,
+                                     prefill_spec=total.prefill_time / len(prompts)),
+        "predicted_speedup_forwards": predict(total, cost),
         "cost_model": cost.to_dict(),
         "calibrated_cost_model": loop_cost.to_dict(),
         "cost_ratio": cost.cost_ratio,

@@ -8,14 +8,17 @@ only speed does. Two are provided:
   sampled with the row-wise part of the target's processors (temperature, top-k/p, ...).
 - :class:`PromptLookupDrafter`: model-free n-gram lookup in the prompt + generated text; q is one-hot.
 
-Protocol (used by :class:`exactspec.decoding.SpeculativeGenerator`):
-``start(input_ids, attention_mask)``, ``propose(k [B], spec) -> Draft``,
-``update(accepted [B], next_token [B], draft)``, ``select_rows(rows)``, attribute ``forward_calls``.
+Protocol (:class:`Drafter`, used by :class:`exactspec.decoding.SpeculativeGenerator`):
+``start(input_ids, attention_mask)``, ``propose(caps [B], spec, policy) -> Draft`` (the Draft carries its own
+counters: draft-model calls and the first call's seconds), ``update(accepted [B], next_token [B], draft)``,
+``select_rows(rows)``. A model drafter asks ``policy.include(i, confidence, caps)`` before sampling each
+position (see :mod:`exactspec.policy`); a model-free one drafts up to its caps.
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
@@ -26,11 +29,28 @@ from exactspec.hfconfig import SamplingSpec  # noqa: F401  (the spec drafters re
 @dataclass
 class Draft:
     """One step's proposal. `tokens [B, K]` int64 (entries past `lengths[b]` are filler),
-    `probs [B, K, V]` fp32 or None for one-hot q, `lengths [B]` int64."""
+    `probs [B, K, V]` fp32 or None for one-hot q, `lengths [B]` int64; `confidence [B, K]` the draft's top
+    probability at each position (None for a model-free drafter), `calls` draft-model forward passes and
+    `first_call_time` the seconds of the first one (the cold call right after the target's forward)."""
 
     tokens: torch.Tensor
     probs: torch.Tensor | None
     lengths: torch.Tensor
+    confidence: torch.Tensor | None = None
+    calls: int = 0
+    first_call_time: float = 0.0
+
+
+class Drafter(Protocol):
+    """Where draft tokens come from (see the module docstring)."""
+
+    def start(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None: ...
+
+    def propose(self, caps: torch.Tensor, spec: SamplingSpec, policy=None) -> Draft: ...
+
+    def update(self, accepted: torch.Tensor, next_token: torch.Tensor, draft: Draft) -> None: ...
+
+    def select_rows(self, rows: torch.Tensor) -> None: ...
 
 
 class DraftModelDrafter:
@@ -44,11 +64,6 @@ class DraftModelDrafter:
 
     def __init__(self, model):
         self.model = model
-        self.forward_calls = 0
-        # Seconds spent in the first draft step of each proposal: the target's forward has just evicted
-        # the draft's weights from the CPU caches, so it costs more than the later ones (CostModel.calibrate).
-        self.first_call_time = 0.0
-        self.max_draft = None  # no limit of its own
 
     def start(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
         """Prefill on the prompt `[B, P]` minus its last token (which becomes pending)."""
@@ -57,47 +72,64 @@ class DraftModelDrafter:
             self.state.forward(input_ids[:, :-1], attention_mask[:, :-1].bool(), logits_to_keep=1)
         self.pending = input_ids[:, -1:].to(self.state.device)  # [B, W]
         self.pending_valid = torch.ones_like(self.pending, dtype=torch.bool)
+        self._calls = 0
 
-    def propose(self, k: torch.Tensor, spec: SamplingSpec) -> Draft:
-        b = k.shape[0]
-        big_k = int(k.max()) if b else 0
-        if big_k == 0:
-            return Draft(torch.zeros(b, 0, dtype=torch.long, device=k.device), None, k)
-        tokens, probs = [], []
+    def propose(self, caps: torch.Tensor, spec: SamplingSpec, policy=None) -> Draft:
+        """Up to `caps [B]` tokens per row; `policy.include` may stop the step before any position."""
+        b = caps.shape[0]
+        self._calls = 0
+        big_k = int(caps.max()) if b else 0
+        tokens, probs, confs = [], [], []
+        lengths = caps.clamp(max=0)  # [B] positions each row drafts (a row the policy stops stays stopped)
         inp, valid = self.pending, self.pending_valid
-        t0 = time.perf_counter()
+        first, t0 = 0.0, time.perf_counter()
+        ask = policy is not None and getattr(policy, "wants_confidence", False)
         for i in range(big_k):  # feeds pending, d_1 .. d_{K-1}; d_K is sampled but not fed
             logits = self.state.forward(inp, valid, logits_to_keep=1)[:, -1]  # [B, V_draft]
-            self.forward_calls += 1
-            if spec.greedy:  # greedy verification never reads q: skip building one-hot rows
-                d = logits[:, : spec.vocab_size].argmax(-1)  # [B], lowest id among ties, as probs_from_logits
+            self._calls += 1
+            q = None if spec.greedy else spec.probs(logits)  # [B, V]; greedy verification never reads q
+            if i == 0:
+                if logits.device.type == "cuda":  # honest timings need the queued kernels finished
+                    torch.cuda.synchronize(logits.device)
+                first = time.perf_counter() - t0
+            if ask:  # the decision reads q_{i+1} only, never the token about to be drawn from it
+                conf = (q if q is not None else
+                        torch.softmax(logits[:, : spec.vocab_size].float(), -1)).amax(-1)  # [B]
+                rows = policy.include(i + 1, conf, caps).to(caps.device)  # [B] bool
+                if not bool(rows.any()):
+                    break
+                lengths = lengths + rows
+                confs.append(conf)
             else:
-                q = spec.probs(logits)  # [B, V]
-                d = spec.sample(q)  # [B]
+                lengths = caps.clamp(max=i + 1)
+            # greedy: the argmax of the logits, lowest id among ties, as probs_from_logits
+            d = logits[:, : spec.vocab_size].argmax(-1) if q is None else spec.sample(q)  # [B]
+            if q is not None:
                 probs.append(q)
             tokens.append(d)
-            if i == 0:
-                if d.device.type == "cuda":  # honest timings need the queued kernels finished
-                    torch.cuda.synchronize(d.device)
-                self.first_call_time += time.perf_counter() - t0
             inp, valid = d[:, None], torch.ones(b, 1, dtype=torch.bool, device=d.device)
-        return Draft(torch.stack(tokens, 1), torch.stack(probs, 1) if probs else None, k)
+        n = len(tokens)
+        tok = torch.stack(tokens, 1) if n else torch.zeros(b, 0, dtype=torch.long, device=caps.device)
+        return Draft(tok, torch.stack(probs, 1) if probs else None, lengths,
+                     torch.stack(confs, 1) if confs else None, self._calls, first)
 
     def update(self, accepted: torch.Tensor, next_token: torch.Tensor, draft: Draft) -> None:
-        """Roll the draft cache back to the accepted prefix; the bonus token (and d_K) become pending."""
-        big_k = draft.tokens.shape[1]
+        """Roll the draft cache back to the accepted prefix; emitted tokens not fed yet become pending.
+
+        A step fed the pending tokens and then d_1 .. d_f (f = calls - 1: d_K is drafted but not fed, unless
+        the policy stopped the step after feeding it, when f = K)."""
         nxt = next_token[:, None]
-        if big_k == 0:  # nothing was fed this step: the pending tokens are still pending
-            self.pending, self.pending_valid = left_pack(
-                torch.cat([self.pending, nxt], 1),
-                torch.cat([self.pending_valid, torch.ones_like(nxt, dtype=torch.bool)], 1))
+        ones = torch.ones_like(nxt, dtype=torch.bool)
+        if self._calls == 0:  # nothing was fed this step: the pending tokens are still pending
+            self.pending, self.pending_valid = left_pack(torch.cat([self.pending, nxt], 1),
+                                                         torch.cat([self.pending_valid, ones], 1))
             return
-        j = torch.arange(1, big_k, device=accepted.device)[None, :]  # fed draft positions 1..K-1
-        self.state.rollback(torch.cat([self.pending_valid, j <= accepted[:, None]], 1))
-        all_accepted = (accepted == big_k)[:, None]
-        self.pending, self.pending_valid = left_pack(
-            torch.cat([draft.tokens[:, -1:], nxt], 1),
-            torch.cat([all_accepted, torch.ones_like(all_accepted)], 1))
+        f = self._calls - 1
+        j = torch.arange(1, draft.tokens.shape[1] + 1, device=accepted.device)[None, :]  # [1, K]
+        self.state.rollback(torch.cat([self.pending_valid, (j <= accepted[:, None])[:, :f]], 1))
+        tail = draft.tokens[:, f:]  # drafted, not fed: at most d_K, emitted when all K were accepted
+        self.pending, self.pending_valid = left_pack(torch.cat([tail, nxt], 1),
+                                                     torch.cat([(j <= accepted[:, None])[:, f:], ones], 1))
 
     def select_rows(self, rows: torch.Tensor) -> None:
         self.state.select_rows(rows)
@@ -121,7 +153,6 @@ class PromptLookupDrafter:
         if min_ngram > max_ngram:
             raise ValueError(f"min_ngram ({min_ngram}) must be <= max_ngram ({max_ngram})")
         self.max_ngram, self.min_ngram, self.max_draft = max_ngram, min_ngram, max_draft
-        self.forward_calls = 0
 
     def start(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
         self.history = [row[m.bool()].tolist() for row, m in zip(input_ids.cpu(), attention_mask.cpu())]
@@ -139,7 +170,8 @@ class PromptLookupDrafter:
                 return hist[start:start + k]
         return []
 
-    def propose(self, k: torch.Tensor, spec: SamplingSpec) -> Draft:
+    def propose(self, caps: torch.Tensor, spec: SamplingSpec, policy=None) -> Draft:
+        k = caps.clamp(max=self.max_draft)
         conts = [self.lookup(h, int(kb)) for h, kb in zip(self.history, k.tolist())]
         big_k = max((len(c) for c in conts), default=0)
         tokens = torch.zeros(len(conts), big_k, dtype=torch.long)

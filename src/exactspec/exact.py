@@ -58,13 +58,17 @@ def target_distribution(p_dist: Dist, n_tokens: int) -> dict:
     return _extend({(): 1.0}, p_dist, n_tokens)
 
 
-def _drafts(q_dist: Dist, K: int):
-    """Every draft x_1..x_K with its probability prod q_{i-1}(x_i)."""
+def _drafts(q_dist: Dist, K: int, stop=None):
+    """Every draft x_1..x_L with its probability prod q_{i-1}(x_i): L = K, or the first length at which
+    ``stop(prefix, q)`` (given the prefix and the draft's distribution there, never the next token) is true."""
     def rec(prefix, pr):
         if len(prefix) == K:
             yield prefix, pr
             return
         q = q_dist(prefix)
+        if stop is not None and stop(prefix, q):
+            yield prefix, pr
+            return
         for x in range(q.shape[0]):
             if q[x] > 0:
                 yield from rec(prefix + (x,), pr * float(q[x]))
@@ -100,11 +104,13 @@ def _outcomes(p_dist: Dist, q_dist: Dist, x: tuple, method: str):
     return out
 
 
-def rule_distribution(p_dist: Dist, q_dist: Dist, K: int, method: str, n_tokens: int | None = None) -> dict:
+def rule_distribution(p_dist: Dist, q_dist: Dist, K: int, method: str, n_tokens: int | None = None,
+                      stop=None) -> dict:
     """Exact distribution of the first ``n_tokens`` (default K+1) output tokens of one verification step
-    (drafting K tokens from q, verifying with ``method``), continued by the target."""
+    (drafting K tokens from q, verifying with ``method``), continued by the target. ``stop(prefix, q)``:
+    a drafting policy that may end the draft early, as gamma="auto" does (see :mod:`exactspec.policy`)."""
     emitted = defaultdict(float)
-    for x, qx in _drafts(q_dist, K):
+    for x, qx in _drafts(q_dist, K, stop):
         for n, pr, nxt in _outcomes(p_dist, q_dist, x, method):
             for y in range(nxt.shape[0]):
                 emitted[x[:n] + (y,)] += qx * pr * float(nxt[y])

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import pathlib
-import re
 
 
 def _fmt(x, spec: str = ".2f") -> str:
@@ -33,7 +32,7 @@ def bench_markdown(report: dict) -> str:
             f"{_fmt(r['acceptance_rate'])} | {_fmt(r['mean_accepted_per_step'])} | "
             f"{_fmt(r['mean_tokens_per_step'])} | {_fmt(r['predicted_speedup'])} | "
             f"{_fmt(r.get('predicted_speedup_forwards'))} | {pos} |")
-    split = [(r["system"], r["ms_per_step"]) for r in report["rows"] if r.get("ms_per_step")]
+    split = [(r["system"], r.get("gamma"), r["ms_per_step"]) for r in report["rows"] if r.get("ms_per_step")]
     if split:
         gamma = report["config"]["gamma"]
         gamma_n = gamma if isinstance(gamma, int) else 4  # the fixed-γ systems' γ (the bench's default)
@@ -44,7 +43,13 @@ def bench_markdown(report: dict) -> str:
                   "cold one; T_target shifted to our plain loop's step):", ""]
         cal = report.get("calibrated_cost_models", {})
         lines += [f"- {name}: {m['draft']:.2f} / {m['target']:.2f} / {m['verify']:.2f}; priced "
-                  f"{_priced_step(cal.get(name), _system_gamma(name))}" for name, m in split]
+                  f"{_priced_step(cal.get(name), g)}" for name, g, m in split]
+    summary = report.get("summary") or {}
+    if "auto_vs_best_fixed" in summary:
+        lines += ["", f"Best fixed γ (token rule): γ={summary['best_fixed_gamma']} at "
+                  f"{summary['best_fixed_speedup_vs_target']:.2f}× target; γ=auto at "
+                  f"{summary['auto_speedup_vs_target']:.2f}× target = {summary['auto_vs_best_fixed']:.2f}× the best "
+                  "fixed γ."]
     for note in report.get("notes", []):
         lines += ["", f"Note: {note}."]
     lines += ["", "Predicted × (loop-calibrated): per-position acceptance measured here, priced by an untimed "
@@ -53,12 +58,6 @@ def bench_markdown(report: dict) -> str:
               "'× target (our loop)' column. Predicted × (forwards only): the paper's per-step analysis with bare "
               "forward passes (CostModel.measure), no loop overhead, no prefill."]
     return "\n".join(lines) + "\n"
-
-
-def _system_gamma(name: str):
-    """The fixed gamma in a system's name ("exactspec token (γ=4)" -> 4), else "auto"."""
-    m = re.search(r"γ=(\d+)", name)
-    return int(m.group(1)) if m else "auto"
 
 
 def _priced_step(cm: dict | None, gamma) -> str:

@@ -29,6 +29,8 @@ __all__ = [
     "expected_tokens",
     "walltime_speedup",
     "end_to_end_speedup",
+    "batch_steps",
+    "predict",
     "ops_factor",
     "optimal_gamma",
     "speedup_limit",
@@ -146,15 +148,14 @@ def expected_tokens(alpha, gamma: int):
 def _step_cost(cost, gamma: int, in_loop: bool | None = None):
     """Time of one speculative step in units of one plain decoding step (T_target(1)).
 
-    A calibrated CostModel adds its per-step loop overhead to every step of the speculative loop
-    (`in_loop`, by default gamma > 0: gamma = 0 alone means plain decoding, which runs no such loop).
+    A CostModel prices it with its one formula, :meth:`CostModel.step_time`, whose per-step loop overhead
+    belongs to steps of the speculative loop (`in_loop`, by default gamma > 0: gamma = 0 alone means plain
+    decoding, which runs no such loop).
     """
     if isinstance(cost, float):
         return gamma * cost + 1.0
-    t1 = cost.t_target(1)
-    overhead = getattr(cost, "t_overhead", 0.0) if (gamma > 0 if in_loop is None else in_loop) else 0.0
-    cold = getattr(cost, "t_draft_cold", 0.0) if gamma > 0 else 0.0  # a step's first draft call
-    return (gamma * cost.t_draft + cold + cost.t_target(gamma + 1) + overhead) / t1
+    loop = gamma > 0 if in_loop is None else in_loop
+    return (cost.step_time(gamma) - (0.0 if loop else cost.t_overhead)) / cost.t_target(1)
 
 
 def walltime_speedup(alpha, gamma: int, cost):
@@ -198,7 +199,7 @@ def _mixed_step(a: np.ndarray, length_counts, c):
 
 
 def end_to_end_speedup(alpha, length_counts, cost, n_tokens: int, prefill_plain: float = 0.0,
-                       prefill_spec: float = 0.0) -> float:
+                       prefill_spec: float = 0.0, batch_size: int = 1) -> float:
     """Expected speedup of a whole generation of ``n_tokens`` tokens, prefills included.
 
     Plain decoding takes ``prefill_plain + (n_tokens - 1) * T_target(1)`` seconds (the first token comes
@@ -206,7 +207,9 @@ def end_to_end_speedup(alpha, length_counts, cost, n_tokens: int, prefill_plain:
     the mean step time as in :func:`mixed_length_speedup` (``prefill_spec`` covers the target's and the
     draft's prefill; the first token comes from a step). For
     short generations the prefills are a visible share of the time, which the per-step speedup ignores.
-    ``cost`` must be a CostModel (seconds); prefills are seconds per generation call.
+    ``cost`` must be a CostModel (seconds, at that batch size); prefills are seconds per generation call.
+    ``batch_size`` > 1: a batch runs until its slowest row has its tokens, so the n_tokens / E steps of
+    one row become the expected maximum over the rows (:func:`batch_steps`).
     """
     a = _check_alpha(alpha)
     c = _check_cost(cost)
@@ -219,7 +222,52 @@ def end_to_end_speedup(alpha, length_counts, cost, n_tokens: int, prefill_plain:
             raise ValueError(f"{name} must be a finite number of seconds >= 0, got {v!r}")
     tokens, time = _mixed_step(a, length_counts, c)
     t1 = c.t_target(1)
-    return _out((prefill_plain + (n_tokens - 1) * t1) / (prefill_spec + n_tokens / tokens * time * t1))
+    steps = n_tokens / tokens if batch_size == 1 else batch_steps(a, length_counts, n_tokens, batch_size)
+    return _out((prefill_plain + (n_tokens - 1) * t1) / (prefill_spec + steps * time * t1))
+
+
+def batch_steps(alpha, length_counts, n_tokens: int, batch_size: int, sims: int = 2000, seed: int = 0) -> float:
+    """Expected speculative steps until every row of a batch has ``n_tokens`` tokens: the slowest row sets
+    the pace. Simulated (numpy, seeded): each step a row drafts k tokens with probability
+    ``length_counts[k] / sum``, keeps them while position i is accepted with probability alpha_i, and emits
+    the kept ones plus one; the result is the mean over ``sims`` batches of the most steps any row took."""
+    a = _check_alpha(alpha)
+    if a.ndim != 1:
+        raise ValueError(f"alpha must be a scalar or a 1-d sequence here, got shape {a.shape}")
+    for name, v in (("n_tokens", n_tokens), ("batch_size", batch_size), ("sims", sims)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+    counts = np.asarray(length_counts, dtype=float)
+    w = counts / counts.sum()
+    kmax = len(w) - 1
+    rates = _positions(a, max(kmax, 1))  # [kmax]
+    rng = np.random.default_rng(seed)
+    done = np.zeros((sims, batch_size))
+    steps = np.zeros((sims, batch_size))
+    while (done < n_tokens).any():
+        live = done < n_tokens
+        k = rng.choice(kmax + 1, size=done.shape, p=w)  # [sims, B] drafted this step
+        ok = rng.random(done.shape + (max(kmax, 1),)) < rates  # [sims, B, kmax]
+        kept = np.cumprod(ok, axis=-1)[..., :max(kmax, 1)]
+        kept = (kept * (np.arange(1, max(kmax, 1) + 1) <= k[..., None])).sum(-1)
+        done += live * (kept + 1)
+        steps += live
+    return float(steps.max(axis=1).mean())
+
+
+def predict(stats, cost, *, n_tokens: int | None = None, prefill_plain: float = 0.0, prefill_spec: float = 0.0,
+            batch_size: int = 1) -> float | None:
+    """The speedup a run's measured acceptance predicts (`stats`: a GenerationStats): its per-position
+    acceptance and the lengths it drafted, priced by `cost`. Per step (:func:`mixed_length_speedup`), or end
+    to end when ``n_tokens`` is given (:func:`end_to_end_speedup`, prefills and the batch's slowest row
+    included). None when the run drafted nothing. The one prediction path of bench, demo and plan."""
+    alphas = [acc / d for acc, d in zip(stats.position_accepted, stats.position_drafted) if d]
+    if not alphas or not sum(stats.length_counts):
+        return None
+    if n_tokens is None:
+        return float(mixed_length_speedup(alphas, stats.length_counts, cost))
+    return float(end_to_end_speedup(alphas, stats.length_counts, cost, n_tokens, prefill_plain=prefill_plain,
+                                    prefill_spec=prefill_spec, batch_size=batch_size))
 
 
 def ops_factor(alpha, gamma: int, ops_cost: float):

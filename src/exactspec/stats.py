@@ -28,13 +28,17 @@ class GenerationStats:
         new_tokens: tokens written to the output (after EOS truncation), summed over rows.
         position_drafted[i] / position_accepted[i]: row-steps in which draft position i+1 was reached
             (proposed, with all earlier positions accepted) / accepted.
-        gamma_history: gamma used at each step (constant unless gamma="auto").
+        gamma_history: tokens drafted at each step (the longest row; 0 for a plain step).
         length_counts[k]: row-steps that drafted k tokens (k < gamma near max_new_tokens, or when a
             model-free drafter found nothing), so predictions can weigh each draft length.
         target_positions: positions fed to the target over all target calls (K + 1 per call, K the
             longest draft of the batch), so a cost model can price the calls (CostModel.calibrate).
         draft_steps / draft_first_time: steps that called the draft model, and the seconds their first
             draft call took (the cold one, right after the target's forward; part of draft_time).
+        plain_steps: target calls that verified no draft token (the policy chose a plain step, or the
+            drafter found or kept nothing); gamma_history holds 0 for them.
+        early_stops: steps whose drafting gamma="auto" stopped before its cap (the draft's confidence
+            said another token was not worth its price).
     """
 
     target_calls: int = 0
@@ -50,6 +54,8 @@ class GenerationStats:
     target_positions: int = 0
     draft_steps: int = 0
     draft_first_time: float = 0.0
+    plain_steps: int = 0
+    early_stops: int = 0
     prefill_time: float = 0.0
     draft_time: float = 0.0
     target_time: float = 0.0
@@ -108,6 +114,17 @@ class GenerationStats:
         return out
 
     # ------------------------------------------------------------------------------ updating
+    def record_draft(self, draft) -> None:
+        """Count one proposal (an :class:`exactspec.drafters.Draft`): its draft-model calls, the first
+        (cold) call's seconds, its length (gamma_history) and whether the step is a plain one."""
+        self.draft_calls += draft.calls
+        if draft.calls:
+            self.draft_steps += 1
+            self.draft_first_time += draft.first_call_time
+        k = int(draft.lengths.max()) if draft.lengths.numel() else 0
+        self.gamma_history.append(k)
+        self.plain_steps += k == 0
+
     def record_step(self, draft_lengths: torch.Tensor, accepted: torch.Tensor, fed: int | None = None) -> None:
         """Count one verification: `draft_lengths [B]`, `accepted [B]` (int64) for the rows taking part;
         `fed`: positions the target call was fed (default: the longest draft + 1)."""

@@ -9,11 +9,16 @@ def register(sub) -> None:
                        description=__doc__)
     p.add_argument("--target", help="target model: a directory or a .gguf file (default: the shipped demo pair)")
     p.add_argument("--draft", help="draft model: a directory or a .gguf file (default: the shipped demo pair)")
-    p.add_argument("--prompts", help="file with one prompt per blank-line-separated block (default: demo prompts)")
+    p.add_argument("--prompts", help="prompt file: JSON (a list, or {\"prompts\": [...]}) or text with one prompt "
+                   "per blank-line-separated block (default: the demo pair's held-out prompts); e.g. "
+                   "benchmarks/prompts/unseen_code.json, the hand-written unseen set")
     p.add_argument("--num-prompts", type=int, default=4, help="how many prompts to use (default 4)")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--gamma", default="4", help="draft length N or 'auto' (default 4)")
+    p.add_argument("--gamma", default="4", help="draft length N or 'auto' of the HF assisted, block and prompt "
+                   "lookup systems (default 4)")
+    p.add_argument("--gammas", help="fixed draft lengths of the token rule, e.g. 1,2,3,4,6,8 (default: --gamma); "
+                   "the report puts the best of them beside gamma=auto")
     p.add_argument("--batch-size", type=int, default=1)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
@@ -22,6 +27,17 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
     p.set_defaults(func=run)
+
+
+def _gammas(value: str | None):
+    if not value:
+        return None
+    from exactspec.cli import parse_gamma
+
+    gammas = tuple(parse_gamma(v.strip()) for v in value.split(","))
+    if "auto" in gammas:
+        raise ValueError("--gammas takes fixed draft lengths; gamma=auto always runs beside them")
+    return gammas
 
 
 def _load(args: argparse.Namespace):
@@ -40,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.markdown import Markdown
     from rich.progress import Progress
 
-    from exactspec.bench import BenchConfig, run_bench
+    from exactspec.bench import BenchConfig, load_prompts, run_bench
     from exactspec.cli import parse_gamma
     from exactspec.demo import demo_prompts
     from exactspec.report import bench_markdown, write_bench
@@ -54,15 +70,11 @@ def run(args: argparse.Namespace) -> int:
     # transformers' assisted generation warns about the arguments it passes itself; not the user's concern.
     hf_logging.set_verbosity_error()
     target, draft, tokenizer = _load(args)
-    if args.prompts:
-        with open(args.prompts, encoding="utf-8") as fh:
-            prompts = [b.strip("\n") for b in fh.read().split("\n\n") if b.strip()]
-    else:
-        prompts = demo_prompts()
+    prompts = load_prompts(args.prompts) if args.prompts else demo_prompts()
     prompts = prompts[: args.num_prompts]
     cfg = BenchConfig(prompts=prompts, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                       gamma=parse_gamma(args.gamma), batch_size=args.batch_size, repeats=args.repeats, seed=args.seed,
-                      systems=args.systems.split(",") if args.systems else None)
+                      systems=args.systems.split(",") if args.systems else None, gammas=_gammas(args.gammas))
     console = Console(stderr=args.json)
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("benchmarking (cost model, warm-up, then interleaved runs)", total=None)

@@ -12,7 +12,7 @@ def register(sub) -> None:
     p.add_argument("--prompts", type=int, default=3, help="how many held-out prompts to complete (default 3)")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    p.add_argument("--gamma", type=int, default=4, help="draft tokens per step (default 4)")
+    p.add_argument("--gamma", default="auto", help="draft tokens per step, or 'auto' (default: auto)")
     p.add_argument("--method", choices=("token", "block"), default="token")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
@@ -31,8 +31,11 @@ def run(args: argparse.Namespace) -> int:
 
     from exactspec.demo import demo_prompts, load_demo_pair, run_demo
 
-    if args.prompts < 1 or args.max_new_tokens < 1 or args.gamma < 1:
-        raise ValueError("--prompts, --max-new-tokens and --gamma must be >= 1")
+    from exactspec.cli import parse_gamma
+
+    args.gamma = parse_gamma(args.gamma)
+    if args.prompts < 1 or args.max_new_tokens < 1:
+        raise ValueError("--prompts and --max-new-tokens must be >= 1")
     torch.set_num_threads(args.threads)
     from transformers.utils import logging as hf_logging
 

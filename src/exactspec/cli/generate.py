@@ -33,7 +33,8 @@ def register(subparsers) -> None:
     p.add_argument("--prompt-lookup", action="store_true", help="draft by n-gram prompt lookup (no draft model)")
     p.add_argument("--ngram", type=int, default=3, metavar="N",
                    help="longest n-gram --prompt-lookup matches (tries N down to 1; default 3)")
-    p.add_argument("--gamma", default="4", help="draft tokens per step, or 'auto' (default 4)")
+    p.add_argument("--gamma", default="auto", help="draft tokens per step, or 'auto' (default: auto, which drafts "
+                   "while drafting pays and takes plain steps when it does not)")
     p.add_argument("--method", default="token", choices=("token", "block", "greedy"),
                    help="verification rule (default token)")
     # Sampling settings default to the target's generation_config, as target.generate() resolves them.
@@ -92,6 +93,7 @@ def stats_table(stats):
         ("accepted draft tokens / step (no bonus)", f"{stats.mean_accepted_per_step:.3f}"),
         ("tokens / step (with bonus)", f"{stats.mean_tokens_per_step:.3f}"),
         ("gamma used", " ".join(str(g) for g in sorted(set(stats.gamma_history))) or "-"),
+        ("plain steps / early stops", f"{stats.plain_steps} / {stats.early_stops}"),
         ("new tokens", f"{stats.new_tokens}"),
         ("time: prefill / draft / target / verify",
          f"{stats.prefill_time:.3f} / {stats.draft_time:.3f} / {stats.target_time:.3f} / "

@@ -1,0 +1,243 @@
+"""Drafting policies: how far each step drafts, and when drafting stops early.
+
+The engine loop asks a policy three things per step (see :class:`exactspec.decoding.SpeculativeGenerator`):
+
+1. ``caps = policy.next_lengths(left)``: the most tokens each row may draft this step (``left [B]`` = tokens
+   the row may still emit minus one). All zeros means a *plain step*: the target decodes one token alone,
+   costing ``T_target(1)`` instead of ``T_target(2)`` plus draft calls.
+2. ``policy.include(i, confidence, caps)`` (asked by model drafters before sampling position i): draft
+   position i or stop here. ``confidence [B]`` is the draft's top probability at that position,
+   ``max_x q_i(x)``, a function of the prefix only: the decision never looks at the token that will be
+   sampled there, so whether position i is verified does not depend on X_i, and verification stays exact
+   (the token rule's proof goes position by position given the prefix; block verification is checked by
+   enumeration in the tests).
+3. ``policy.observe(draft, accepted)``: learn from the verdict.
+
+:class:`AdaptivePolicy` (``gamma="auto"``) keeps an *acceptance model*: P(a drafted token is accepted | the
+draft's confidence at its position), learned online in confidence bins, each shrunk towards the pooled rate.
+With a cost model fixed for the run (no wall-clock timings taken inside it, so a seeded run reproduces) it
+prices drafting by renewal reward: the throughput R = max_K E(K) / T(K) of the best fixed length under the
+model, and position i is drafted while some length L >= i adds more expected tokens than R times the time
+it adds. That is the model-based form of llama.cpp's ``p_min`` and SpecDec++'s stop rule, with the threshold
+following from the costs and the measured acceptance instead of a constant. When no length pays, it takes
+plain steps and re-probes with an exponentially growing gap, so it notices when drafting starts to pay.
+Confidence bins are position-free, so positions never reached need no exploration of their own.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+__all__ = ["FixedPolicy", "AdaptivePolicy", "AcceptanceModel", "DraftingState"]
+
+# Bin edges over the draft's top probability; finer near 1, where a good draft spends most positions.
+_EDGES = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.98, 0.995)
+
+
+class FixedPolicy:
+    """Every row drafts ``min(gamma, left)`` tokens; never stops early."""
+
+    wants_confidence = False
+    early_stops = 0
+
+    def __init__(self, gamma: int):
+        self.gamma = gamma
+
+    def next_lengths(self, left: torch.Tensor) -> torch.Tensor:
+        return left.clamp(min=0, max=self.gamma)
+
+    def include(self, i: int, confidence: torch.Tensor, caps: torch.Tensor) -> torch.Tensor:
+        return caps >= i
+
+    def observe(self, draft, accepted: torch.Tensor) -> None:
+        pass
+
+
+@dataclass
+class AcceptanceModel:
+    """P(accepted | confidence bin), from decayed counts; every bin shrunk towards the pooled rate.
+
+    `weight` pseudo-observations of the pooled rate per bin; `decay` per observed step, so that old
+    evidence fades when the text changes (a new prompt, code after prose). `seen` is how often each bin
+    occurred at all (drafted or not), which weighs the expected acceptance of a position not yet drafted.
+    """
+
+    prior: float = 0.7
+    weight: float = 2.0
+    decay: float = 0.995
+    n: list[float] = field(default_factory=lambda: [0.0] * len(_EDGES))
+    a: list[float] = field(default_factory=lambda: [0.0] * len(_EDGES))
+    seen: list[float] = field(default_factory=lambda: [0.0] * len(_EDGES))
+
+    @staticmethod
+    def bins(confidence: torch.Tensor) -> torch.Tensor:
+        edges = torch.tensor(_EDGES, dtype=confidence.dtype, device=confidence.device)
+        return (torch.bucketize(confidence, edges, right=True) - 1).clamp(min=0)
+
+    @property
+    def pooled(self) -> float:
+        """Acceptance over all bins, shrunk towards `prior` with `weight` pseudo-observations."""
+        return (sum(self.a) + self.weight * self.prior) / (sum(self.n) + self.weight)
+
+    @property
+    def observations(self) -> float:
+        return sum(self.n)
+
+    def rates(self) -> torch.Tensor:
+        """`[bins]` acceptance estimate per bin."""
+        pooled = self.pooled
+        return torch.tensor([(a + self.weight * pooled) / (n + self.weight) for a, n in zip(self.a, self.n)])
+
+    def predict(self, confidence: torch.Tensor) -> torch.Tensor:
+        """`confidence [...]` -> acceptance estimate `[...]` (fp64 on the CPU)."""
+        return self.rates().double()[self.bins(confidence.double().cpu())]
+
+    def mean(self) -> float:
+        """Expected acceptance of a position not drafted yet: bins weighed by how often they occur."""
+        total = sum(self.seen)
+        if total <= 0:
+            return self.pooled
+        return float(sum(s * r for s, r in zip(self.seen, self.rates().tolist())) / total)
+
+    def see(self, confidence: torch.Tensor) -> None:
+        for b in self.bins(confidence.double().cpu()).tolist():
+            self.seen[b] += 1.0
+
+    def observe(self, confidence: torch.Tensor, accepted: torch.Tensor) -> None:
+        """`confidence [N]` of positions that were verified and reached, `accepted [N]` bool."""
+        self.n = [v * self.decay for v in self.n]
+        self.a = [v * self.decay for v in self.a]
+        self.seen = [v * self.decay for v in self.seen]
+        for b, ok in zip(self.bins(confidence.double().cpu()).tolist(), accepted.tolist()):
+            self.n[b] += 1.0
+            self.a[b] += float(ok)
+
+
+@dataclass
+class DraftingState:
+    """What an AdaptivePolicy carries from one run to the next: the acceptance model and the probing state
+    (plain steps since the last probe, and the current gap between probes)."""
+
+    model: AcceptanceModel = field(default_factory=AcceptanceModel)
+    probe_gap: int = 4
+    since_probe: int = 0
+
+
+class AdaptivePolicy:
+    """``gamma="auto"``: plain steps when no draft length pays, else draft while it pays (see module doc).
+
+    Args:
+        cost_model: a :class:`~exactspec.costmodel.CostModel` at the run's batch size, fixed for the run.
+        max_gamma: the longest draft of a step.
+        state: a :class:`DraftingState` carried over from earlier runs (updated in place), or None. Its
+            `probe_gap` is the number of plain steps before a re-probe; doubled after each probe, up to
+            `max_probe_gap`, and reset to `first_gap` once drafting pays.
+        free_draft: a model-free drafter (prompt lookup): draft calls cost nothing.
+    """
+
+    wants_confidence = True
+
+    def __init__(self, cost_model, max_gamma: int, state: DraftingState | None = None, *,
+                 free_draft: bool = False, first_gap: int = 4, max_probe_gap: int = 64):
+        self.cost, self.max_gamma = cost_model, max_gamma
+        self.state = state if state is not None else DraftingState(probe_gap=first_gap)
+        self.model = self.state.model
+        self._first_gap, self.max_probe_gap = first_gap, max_probe_gap
+        self.probing = False
+        self.early_stops = 0  # row-steps whose drafting the policy stopped before their cap
+        self._p: torch.Tensor | None = None  # [B] P(all positions so far accepted), per row
+        self._alive: torch.Tensor | None = None  # [B] rows still drafting this step
+        if free_draft:
+            self.cost = cost_model = cost_model.without_draft()
+        self._t_target = [cost_model.t_target(k) for k in range(1, max_gamma + 2)]  # T_target(1..max_gamma+1)
+        self._t_draft = cost_model.t_draft
+        self._step = [cost_model.step_time(k) for k in range(max_gamma + 1)]  # k = 0: a plain step
+
+    # ------------------------------------------------------------------------------ pricing
+    def step_time(self, k: int) -> float:
+        """Seconds of a step drafting k tokens (k = 0: a plain step): :meth:`CostModel.step_time`."""
+        return self._step[k]
+
+    def best_length(self, alpha: float) -> tuple[int, float]:
+        """(K, tokens per second) of the best fixed length 0..max_gamma at i.i.d. acceptance `alpha`."""
+        best, rate, e, pw = 0, 1.0 / self.step_time(0), 1.0, 1.0
+        for k in range(1, self.max_gamma + 1):
+            pw *= alpha
+            e += pw
+            r = e / self.step_time(k)
+            if r > rate * (1 + 1e-9):
+                best, rate = k, r
+        return best, rate
+
+    # ------------------------------------------------------------------------------ protocol
+    def next_lengths(self, left: torch.Tensor) -> torch.Tensor:
+        alpha = self.model.mean()
+        k, self._rate = self.best_length(alpha)
+        self.probing, st = False, self.state
+        if k == 0:
+            st.since_probe += 1
+            if st.since_probe >= st.probe_gap:  # re-probe: draft; include() lets one position through
+                self.probing, st.since_probe = True, 0
+                st.probe_gap = min(2 * st.probe_gap, self.max_probe_gap)
+                k = 1
+        else:
+            st.probe_gap = self._first_gap  # drafting pays again: probe soon after it stops paying
+        self._alpha, self._p = alpha, None
+        return left.clamp(min=0, max=self.max_gamma if k else 0)
+
+    def include(self, i: int, confidence: torch.Tensor, caps: torch.Tensor) -> torch.Tensor:
+        """Which rows draft position i (1-based): `confidence [B]` = max_x q_i(x) per row, `caps [B]` this
+        step's caps. Returns `[B]` bool; a row that stops stays stopped for the step, and when the mean row
+        no longer pays, the whole batch stops (one forward serves every row)."""
+        self.model.see(confidence)
+        acc = self.model.predict(confidence)  # [B]
+        alive = self._alive if self._p is not None else torch.ones_like(acc, dtype=torch.bool)
+        alive = alive & (caps.cpu() >= i)
+        p = (self._p if self._p is not None else torch.ones_like(acc)) * acc * alive  # [B]
+        if self.probing and i == 1:  # a probe verifies at least one position
+            ok = alive
+        else:
+            h = self.threshold(i)
+            ok = alive & (p > h) if float(p.mean()) > h else torch.zeros_like(alive)
+        self.early_stops += int((alive & ~ok).sum())
+        self._p, self._alive = p, ok
+        return ok
+
+    def threshold(self, i: int) -> float:
+        """The least P(positions < i accepted) x P(position i accepted) for which drafting position i pays.
+
+        Drafting on to length L >= i adds P x S(L) expected tokens, S(L) = 1 + a + .. + a^(L-i) with a the
+        expected acceptance of later positions, and costs C(L) = (L - i) t_draft + T_target(L + 1) -
+        T_target(i) more time (position i's draft call is paid already: it produced the confidence). At the
+        policy's rate R (tokens per second of the best fixed length) that pays iff P > R C(L) / S(L) for
+        some L: the threshold is the least of those.
+        """
+        a, t0 = self._alpha, self._t_target[i - 1]  # stopping now verifies i - 1 drafted tokens
+        best, s, pw = math.inf, 0.0, 1.0
+        for L in range(i, self.max_gamma + 1):
+            s += pw
+            pw *= a
+            extra = (L - i) * self._t_draft + self._t_target[L] - t0
+            best = min(best, self._rate * extra / s)
+        return best
+
+    def observe(self, draft, accepted: torch.Tensor) -> None:
+        """Update the acceptance model from a verdict: position j of row b was reached when j <= n_b + 1.
+
+        `draft.confidence [B, K]` is what the drafter saw at each position; None (a model-free drafter,
+        one-hot q) counts every drafted position at confidence 1, seen here since include() was not asked.
+        """
+        k = draft.tokens.shape[1]
+        if k == 0:
+            return
+        j = torch.arange(1, k + 1)[None, :]
+        lengths, acc = draft.lengths.cpu()[:, None], accepted.cpu()[:, None]
+        drafted = j <= lengths
+        conf = draft.confidence
+        if conf is None:
+            conf = torch.ones(drafted.shape, dtype=torch.float64)
+            self.model.see(conf[drafted])
+        reached = drafted & (j <= acc + 1)
+        self.model.observe(conf.cpu()[reached], (j <= acc).expand_as(reached)[reached])

@@ -1,0 +1,189 @@
+"""gamma="auto" (exactspec.policy.AdaptivePolicy) drafts only while drafting pays, takes plain steps when it
+does not, re-probes, stops early on the draft's own confidence, reproduces under a seed, and keeps the
+output exactly the target's: by enumeration of the stopping rule, by greedy equality and by chi-square."""
+from __future__ import annotations
+
+import copy
+from collections import defaultdict
+
+import numpy as np
+import pytest
+import torch
+
+from _spec_models import left_padded, noisy_copy, target_greedy, tiny_lm
+from exactspec import CostModel, SpeculativeGenerator
+from exactspec.exact import _extend, _outcomes, max_abs_diff, rule_distribution, target_distribution
+from exactspec.policy import AcceptanceModel, AdaptivePolicy, DraftingState
+from test_sampling_speculative_matches_target_distribution import _lm, chi2_pvalue, exact_joint
+
+FLAT = {1: 0.010, 16: 0.010}  # verifying k tokens costs one step: the paper's cost model
+
+
+def _trained(rate_low: float, rate_high: float, n: int = 400, split: float = 0.5) -> AcceptanceModel:
+    """An acceptance model that has seen `n` positions in each confidence bin, accepted at `rate_low` below
+    confidence `split` and at `rate_high` above it."""
+    m = AcceptanceModel()
+    for conf in (0.05, 0.15, 0.25, 0.35, 0.45, 0.55, 0.65, 0.75, 0.85, 0.92, 0.96, 0.99, 0.999):
+        c = torch.full((n,), conf)
+        m.see(c)
+        m.observe(c, torch.arange(n) < round((rate_low if conf < split else rate_high) * n))
+    return m
+
+
+def _at_rate(alpha: float, n: int = 2000) -> AcceptanceModel:
+    m = AcceptanceModel()
+    c = torch.full((n,), 0.95)
+    m.see(c)
+    m.observe(c, torch.arange(n) < round(alpha * n))
+    return m
+
+
+@pytest.mark.parametrize("c", [0.1, 0.3, 0.6])
+def test_plain_step_exactly_when_the_first_positions_alpha_is_below_the_cost_ratio(c):
+    """With T_target flat (the paper's model), some gamma >= 1 pays iff alpha > c (speculation_helps)."""
+    cost = CostModel(t_draft=c * 0.010, target_times=FLAT)
+    left = torch.tensor([10])
+    below = AdaptivePolicy(cost, 8, DraftingState(_at_rate(c - 0.03)), first_gap=1000)
+    above = AdaptivePolicy(cost, 8, DraftingState(_at_rate(c + 0.03)), first_gap=1000)
+    assert below.model.mean() < c < above.model.mean()
+    assert below.next_lengths(left).tolist() == [0]
+    assert above.next_lengths(left).tolist()[0] >= 1
+
+
+def test_plain_steps_reprobe_with_growing_gaps_and_drafting_resumes_when_it_pays():
+    cost = CostModel(t_draft=0.004, target_times={1: 0.010, 2: 0.013, 16: 0.02})
+    policy = AdaptivePolicy(cost, 8, DraftingState(_at_rate(0.05), probe_gap=2), first_gap=2, max_probe_gap=16)
+    drafted = [int(policy.next_lengths(torch.tensor([50])).max()) > 0 for _ in range(60)]
+    probes = [i for i, d in enumerate(drafted) if d]
+    gaps = np.diff(probes).tolist()
+    assert probes[0] == 1 and gaps[:3] == [4, 8, 16] and set(gaps[3:]) == {16}  # doubling, capped
+    policy.state.model = policy.model = _at_rate(0.9)  # the text changed: the draft agrees now
+    assert all(int(policy.next_lengths(torch.tensor([50])).max()) > 0 for _ in range(5))
+    assert policy.state.probe_gap == 2  # drafting pays: the next slump is probed soon again
+
+
+def test_drafting_stops_early_when_the_drafts_confidence_says_the_next_token_does_not_pay():
+    cost = CostModel(t_draft=0.001, target_times={1: 0.010, 2: 0.0105, 16: 0.012})
+    policy = AdaptivePolicy(cost, 8, DraftingState(_trained(0.0, 0.97)))
+    caps = policy.next_lengths(torch.tensor([20, 20]))
+    assert caps.tolist() == [8, 8]
+    sure, unsure = torch.tensor([0.96, 0.97]), torch.tensor([0.3, 0.35])  # the bins the model learnt
+    assert policy.include(1, sure, caps).tolist() == [True, True]
+    assert policy.include(2, sure, caps).tolist() == [True, True]
+    assert policy.include(3, unsure, caps).tolist() == [False, False]  # a third token is not worth it
+    assert policy.early_stops == 2 and policy.threshold(3) > 0
+    policy.next_lengths(torch.tensor([20, 20]))
+    # One sure row carries the batch's step on; the unsure row stops drafting, and stays stopped.
+    assert policy.include(1, torch.tensor([0.96, 0.3]), caps).tolist() == [True, False]
+    assert policy.include(2, torch.tensor([0.96, 0.96]), caps).tolist() == [True, False]
+
+
+def test_random_weight_draft_spends_most_steps_plain_and_a_copy_drafts_long():
+    target = tiny_lm("llama", seed=0)
+    cost = CostModel(t_draft=0.002, target_times={1: 0.010, 2: 0.013, 5: 0.014, 16: 0.02})
+    kw = dict(max_new_tokens=60, do_sample=False, gamma="auto", eos_token_id=[], pad_token_id=0)
+    ids, mask = left_padded([[5, 9, 13, 5, 9]])
+    useless = SpeculativeGenerator(target, tiny_lm("llama", seed=99, init=1.0), cost_model=cost, max_gamma=8)
+    s = useless.generate(ids, mask, **kw).stats
+    assert s.plain_steps >= 0.7 * s.target_calls and s.gamma_history.count(0) == s.plain_steps
+    assert len(s.length_counts) >= 1 and s.length_counts[0] == s.plain_steps
+    twin = SpeculativeGenerator(target, copy.deepcopy(target), cost_model=cost, max_gamma=8)
+    s = twin.generate(ids, mask, **kw).stats
+    assert s.plain_steps == 0 and s.acceptance_rate == 1.0 and max(s.gamma_history) == 8
+    assert s.mean_tokens_per_step > 6
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_auto_greedy_equals_target_generate_on_a_ragged_batch(arch):
+    target = tiny_lm(arch, seed=0)
+    draft = noisy_copy(target, 0.3, seed=3)
+    prompts = [[5, 9, 13, 5, 9], [7, 8, 11], [20, 21, 22, 20, 21, 22, 20]]
+    cost = CostModel(t_draft=0.002, target_times={1: 0.010, 2: 0.012, 16: 0.016})
+    gen = SpeculativeGenerator(target, draft, cost_model=cost, max_gamma=6)
+    for _ in range(2):  # the second run starts from what the first one learnt
+        out = gen.generate(*left_padded(prompts), max_new_tokens=24, do_sample=False, gamma="auto",
+                           eos_token_id=[], pad_token_id=0)
+        new = out.sequences[:, -24:].tolist()
+        assert new == [target_greedy(target, p, 24) for p in prompts]
+    assert out.stats.early_stops + out.stats.plain_steps > 0  # the policy did make decisions
+
+
+def test_seeded_sampled_auto_runs_reproduce_on_a_fresh_generator():
+    target = tiny_lm("llama", seed=0)
+    draft = noisy_copy(target, 0.2, seed=3)
+    ids, mask = left_padded([[5, 9, 13, 5, 9], [7, 8, 11]])
+    kw = dict(max_new_tokens=30, temperature=1.0, do_sample=True, gamma="auto", seed=7, eos_token_id=[],
+              pad_token_id=0)
+    runs = [SpeculativeGenerator(target, draft).generate(ids, mask, **kw) for _ in range(2)]
+    assert torch.equal(runs[0].sequences, runs[1].sequences)
+    assert runs[0].stats.gamma_history == runs[1].stats.gamma_history
+    gen = SpeculativeGenerator(target, draft)
+    gen.generate(ids, mask, **kw)  # a generator that has run learns (acceptance, loop costs) ...
+    assert gen._drafting and gen._calibrated  # ... between runs, never inside one
+
+
+def _dist(seed: int, v: int, sharp: float):
+    cache = {}
+
+    def f(prefix):
+        if prefix not in cache:
+            g = torch.Generator().manual_seed(hash((seed,) + prefix) % 2**31)
+            cache[prefix] = torch.softmax(sharp * torch.randn(v, generator=g, dtype=torch.float64), 0)
+        return cache[prefix]
+    return f
+
+
+@pytest.mark.parametrize("method", ["token", "block"])
+def test_stopping_on_the_drafts_confidence_keeps_both_rules_exact_by_enumeration(method):
+    """A stop decided from q at the next position (the prefix only) leaves the output law the target's; a
+    stop that looks at the sampled token (drop it when q(x) is small) does not: the check has power."""
+    for trial in range(4):
+        p, q = _dist(trial, 3, 1.5), _dist(100 + trial, 3, 2.5)
+        want = target_distribution(p, 4)
+        thr = (0.45, 0.55, 0.6, 0.5)[trial]
+        got = rule_distribution(p, q, 3, method, stop=lambda prefix, qq: float(qq.max()) < thr)
+        assert max_abs_diff(got, want) < 1e-12
+        emitted = defaultdict(float)  # the inexact variant, enumerated with the same rule functions
+        for x, qx in _sample_dependent_drafts(q, 3, 0.3):
+            for n, pr, nxt in _outcomes(p, q, x, method):
+                for y in range(3):
+                    emitted[x[:n] + (y,)] += qx * pr * float(nxt[y])
+        assert max_abs_diff(_extend(emitted, p, 4), want) > 1e-3
+
+
+def _sample_dependent_drafts(q_dist, k: int, thr: float):
+    def rec(prefix, pr):
+        if len(prefix) == k:
+            yield prefix, pr
+            return
+        q = q_dist(prefix)
+        for x in range(q.shape[0]):
+            if float(q[x]) < thr:  # peeks at the drawn token: drop it and stop
+                yield prefix, pr * float(q[x])
+            else:
+                yield from rec(prefix + (x,), pr * float(q[x]))
+    yield from rec((), 1.0)
+
+
+@pytest.mark.parametrize("method", ["token", "block"])
+def test_sampled_auto_with_early_stops_matches_the_exact_target_law(method):
+    """Thousands of rows, a policy that has learnt that unsure positions fail: each row's draft ends early
+    at its own position (0, 1 or 2 tokens), and the first three tokens still follow the target's
+    enumerated law (chi-square)."""
+    target, draft = _lm(8, seed=0), _lm(8, seed=1)
+    cost = CostModel(t_draft=0.002, target_times={1: 0.010, 2: 0.0102, 3: 0.0104})
+    gen = SpeculativeGenerator(target, draft, cost_model=cost, max_gamma=2, calibrate=False)
+    key = (False, 1.0, 0, 1.0, method)
+    gen._drafting[key] = DraftingState(_trained(0.0, 0.95, n=100000, split=0.4))
+    prompt, rows, batch = [3, 1, 4], 4800, 400
+    ids, mask = left_padded([prompt] * batch)
+    samples, stops, lengths = [], 0, np.zeros(3)
+    for i in range(rows // batch):
+        out = gen.generate(ids, mask, max_new_tokens=3, method=method, gamma="auto", seed=i, eos_token_id=[],
+                           pad_token_id=0, do_sample=True, top_k=0)  # the law of `key`
+        samples.append(out.sequences[:, -3:].numpy())
+        stops += out.stats.early_stops
+        lengths[:len(out.stats.length_counts)] += out.stats.length_counts
+    assert stops > rows / 20 and lengths.min() > rows / 100  # the policy's stops shaped the drafts
+    p = chi2_pvalue(np.concatenate(samples), exact_joint(target, prompt, {}))
+    assert p > 1e-3, f"{method}: chi-square p = {p:.2e}"
