@@ -199,7 +199,7 @@ def test_sampled_auto_with_early_stops_matches_the_exact_target_law(method):
     samples, stops, lengths = [], 0, np.zeros(3)
     for i in range(rows // batch):
         out = gen.generate(ids, mask, max_new_tokens=3, method=method, gamma="auto", seed=i, eos_token_id=[],
-                           pad_token_id=0)
+                           pad_token_id=0, do_sample=True, top_k=0)  # the law of `key`
         samples.append(out.sequences[:, -3:].numpy())
         stops += out.stats.early_stops
         lengths[:len(out.stats.length_counts)] += out.stats.length_counts

@@ -74,7 +74,7 @@ def test_sampled_rows_stop_at_eos_and_are_padded():
     ids, mask = left_padded(PROMPTS * 8)
     eos = 17
     out = SpeculativeGenerator(target, same).generate(ids, mask, max_new_tokens=N, seed=3, gamma=3,
-                                                      eos_token_id=eos, pad_token_id=0)
+                                                      do_sample=True, eos_token_id=eos, pad_token_id=0)
     new = out.sequences[:, ids.shape[1]:]
     n_tokens = 0
     stopped = 0

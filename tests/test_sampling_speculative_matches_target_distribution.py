@@ -82,7 +82,7 @@ def test_speculative_sampling_matches_exact_target_distribution(case):
         prompts = [[3, 1, 4, 3, 1, 4, 3, 1]] * 3000 + [[6, 2, 6, 2, 6]] * 3000
     ids, mask = left_padded(prompts)
     t = c["transform"]
-    out = gen.generate(ids, mask, max_new_tokens=N_NEW, method=c["method"], gamma=3, seed=1234,
+    out = gen.generate(ids, mask, max_new_tokens=N_NEW, method=c["method"], gamma=3, seed=1234, do_sample=True,
                        eos_token_id=[], pad_token_id=0, temperature=t.get("temperature", 1.0),
                        top_k=t.get("top_k", 0), top_p=t.get("top_p", 1.0))
     new = out.sequences[:, ids.shape[1]:].numpy()
@@ -104,7 +104,7 @@ def test_chi_square_has_power_against_the_draft_distribution():
     """The same test run against the draft's own distribution must fail: it can detect inexactness."""
     target, draft = _lm(8, seed=0), _lm(8, seed=1)
     ids, mask = left_padded([PROMPTS[0]] * ROWS_PER_PROMPT)
-    out = SpeculativeGenerator(target, draft).generate(ids, mask, max_new_tokens=N_NEW, gamma=3, seed=7,
+    out = SpeculativeGenerator(target, draft).generate(ids, mask, max_new_tokens=N_NEW, gamma=3, seed=7, do_sample=True,
                                                        eos_token_id=[], pad_token_id=0)
     samples = out.sequences[:, ids.shape[1]:].numpy()
     assert chi2_pvalue(samples, exact_joint(target, PROMPTS[0], {})) > 1e-3
@@ -118,7 +118,7 @@ def test_tokens_after_several_steps_keep_the_target_distribution(method):
     target, draft = _lm(8, seed=0), _lm(8, seed=1)
     ids, mask = left_padded([PROMPTS[0]] * 3000 + [PROMPTS[1]] * 3000)
     out = SpeculativeGenerator(target, draft).generate(ids, mask, max_new_tokens=6, gamma=2, method=method,
-                                                       seed=99, eos_token_id=[], pad_token_id=0)
+                                                       do_sample=True, seed=99, eos_token_id=[], pad_token_id=0)
     new = out.sequences[:, ids.shape[1]:].numpy()
     assert out.stats.target_calls >= 3
     for i, prompt in enumerate(PROMPTS):

@@ -34,7 +34,7 @@ def test_seed_makes_sampling_reproducible(drafter, gamma):
         return SpeculativeGenerator(target, draft) if drafter == "model" else \
             SpeculativeGenerator(target, drafter=PromptLookupDrafter(max_ngram=2, max_draft=5))
     ids, mask = left_padded(PROMPTS)
-    kw = dict(max_new_tokens=16, temperature=1.5, eos_token_id=[], pad_token_id=0, gamma=gamma)
+    kw = dict(max_new_tokens=16, do_sample=True, temperature=1.5, eos_token_id=[], pad_token_id=0, gamma=gamma)
     a = fresh().generate(ids, mask, seed=11, **kw).sequences
     b = fresh().generate(ids, mask, seed=11, **kw).sequences
     c = fresh().generate(ids, mask, seed=12, **kw).sequences
@@ -92,7 +92,7 @@ def test_stats_and_stream_are_consistent_with_sequences(method):
     ids, mask = left_padded(PROMPTS)
     gen = SpeculativeGenerator(target, draft)
     stream = gen.stream(ids, mask, max_new_tokens=13, seed=5, gamma=3, method=method, eos_token_id=[],
-                        pad_token_id=0)
+                        pad_token_id=0, do_sample=True)
     got = {r: [] for r in range(len(PROMPTS))}
     flags = {r: [] for r in range(len(PROMPTS))}
     for step in stream:

@@ -147,7 +147,8 @@ def build_systems(target, draft, tokenizer, cfg: BenchConfig, cost_model) -> dic
     gamma_n = cfg.gamma if isinstance(cfg.gamma, int) else 4
     gammas = cfg.gammas or (gamma_n,)
     spec_kw = dict(max_new_tokens=cfg.max_new_tokens, do_sample=cfg.temperature > 0,
-                   temperature=max(cfg.temperature, 0.0), eos_token_id=[], pad_token_id=tokenizer.pad_token_id)
+                   temperature=max(cfg.temperature, 0.0), top_k=0, top_p=1.0,  # as hf_kw
+                   eos_token_id=[], pad_token_id=tokenizer.pad_token_id)
 
     def hf(ids, mask, seed, **extra):
         torch.manual_seed(seed)

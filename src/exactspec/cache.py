@@ -15,14 +15,17 @@ Design ("one cache, a slot mask, explicit positions"):
 * Compaction: when rows finish they are dropped from the batch (`select_rows`), and slot columns that no
   remaining row uses are removed from the key/value tensors, so holes do not accumulate.
 
-Only full-attention caches (`DynamicLayer`) are supported: a sliding-window layer forgets slots by
-count, which is incompatible with holes.
+Sliding-window layers (Mistral, Qwen2 with `use_sliding_window`, Gemma 2/3): transformers' sliding cache
+forgets slots by count and its mask counts slots, both incompatible with holes (and with left padding).
+So such models get a full cache (every slot kept, so rollback stays a crop) and explicit 4-D masks: a
+sliding layer's query at real position t sees the row's real tokens at positions > t - window, exactly
+what an unpadded `generate` sees. Memory grows like a full-attention model's; output is exact.
 """
 from __future__ import annotations
 
 import torch
 from transformers import DynamicCache
-from transformers.cache_utils import DynamicLayer
+from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
 
 class SlotCache:
@@ -36,11 +39,10 @@ class SlotCache:
     def __init__(self, model):
         self.model = model
         self.cache = DynamicCache(config=model.config)
-        if any(getattr(layer, "is_sliding", False) for layer in self.cache.layers):
-            raise ValueError(
-                f"model {type(model).__name__} uses sliding-window attention, which exactspec's "
-                "hole-masked KV cache does not support"
-            )
+        self.window = _sliding_window(model, self.cache)
+        if self.window is not None:  # keep every slot; the window is applied by the masks (see module doc)
+            self.mixed = not all(layer.is_sliding for layer in self.cache.layers)
+            self.cache = DynamicCache()
         self.device = model.device
         self.mask: torch.Tensor | None = None
         # Ids the model cannot embed (a target whose lm-head is padded larger than the draft's) are fed
@@ -73,7 +75,7 @@ class SlotCache:
         tokens = torch.where(tokens < self.n_embed, tokens, torch.zeros_like(tokens)).to(self.device)
         out = self.model(
             input_ids=tokens,
-            attention_mask=self._attention_mask(mask, s),
+            attention_mask=self._attention_mask(mask, s) if self.window is None else self._window_masks(mask, s),
             position_ids=pos,
             cache=self.cache,
             use_cache=True,
@@ -101,6 +103,26 @@ class SlotCache:
         dtype = self.model.dtype
         return torch.zeros(allowed.shape, dtype=dtype, device=mask.device).masked_fill_(
             ~allowed, torch.finfo(dtype).min)[:, None]
+
+    def _window_masks(self, mask: torch.Tensor, s: int):
+        """Additive 4-D masks `[B, 1, S, L]` for a model with sliding-window layers: the full-attention one
+        (as :meth:`_attention_mask`) and the sliding one, which also drops keys `window` or more real
+        positions behind the query; a dict when full and sliding layers are mixed."""
+        total = mask.shape[1]
+        q = torch.arange(total - s, total, device=mask.device)[:, None]  # [S, 1] slot of each query
+        kv = torch.arange(total, device=mask.device)[None, :]  # [1, L]
+        real_pos = mask.cumsum(1) - 1  # [B, L] real position of each slot (meaningful where mask == 1)
+        near = (real_pos[:, -s:, None] - real_pos[:, None, :]) < self.window  # [B, S, L]
+        causal = mask.bool()[:, None, :] & (kv <= q)  # [B, S, L]
+        dtype = self.model.dtype
+
+        def additive(allowed):
+            allowed = allowed | (kv == q)  # never a fully masked row (see _attention_mask)
+            return torch.zeros(allowed.shape, dtype=dtype, device=mask.device).masked_fill_(
+                ~allowed, torch.finfo(dtype).min)[:, None]
+
+        sliding = additive(causal & near)
+        return {"full_attention": additive(causal), "sliding_attention": sliding} if self.mixed else sliding
 
     def rollback(self, keep: torch.Tensor) -> None:
         """Keep only the slots flagged in `keep [B, S]` (bool) among the last S slots.
@@ -137,6 +159,21 @@ class SlotCache:
             layer.keys = layer.keys.index_select(-2, cols)
             layer.values = layer.values.index_select(-2, cols)
         self.mask = self.mask[:, cols]
+
+
+def _sliding_window(model, cache) -> int | None:
+    """The window of the model's sliding layers (None without any); ValueError for layouts the slot
+    cache cannot roll back exactly."""
+    kinds = {type(layer) for layer in cache.layers}
+    if not any(getattr(layer, "is_sliding", False) for layer in cache.layers):
+        return None
+    windows = {layer.sliding_window for layer in cache.layers if isinstance(layer, DynamicSlidingWindowLayer)}
+    cfg = model.config.get_text_config(decoder=True)
+    if not kinds <= {DynamicLayer, DynamicSlidingWindowLayer} or len(windows) != 1 \
+            or getattr(cfg, "use_bidirectional_attention", False):
+        raise ValueError(f"model {type(model).__name__}: its attention layout ({sorted(k.__name__ for k in kinds)}, "
+                         f"windows {sorted(windows)}) cannot be rolled back exactly by exactspec's slot cache")
+    return windows.pop()
 
 
 def left_pack(tokens: torch.Tensor, valid: torch.Tensor, pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

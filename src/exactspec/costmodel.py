@@ -208,6 +208,7 @@ class CostModel:
         measured. ``generator`` (a torch.Generator) or ``seed`` fixes the prompt tokens.
         """
         import torch
+        from transformers import DynamicCache
 
         ks = sorted({int(k) for k in ks} | {1})
         if ks[0] < 1:
@@ -226,7 +227,9 @@ class CostModel:
             device = next(model.parameters()).device
             prompt = ids[:, :prompt_len].to(device)
             new = ids[:, prompt_len:prompt_len + k].to(device)
-            cache = model(input_ids=prompt, use_cache=True).cache
+            # Sliding-window models get a full cache, as exactspec's slot cache keeps (and crop needs).
+            sliding = any(getattr(layer, "is_sliding", False) for layer in DynamicCache(config=model.config).layers)
+            cache = model(input_ids=prompt, use_cache=True, **({"cache": DynamicCache()} if sliding else {})).cache
             times = []
             for i in range(warmup + repeats):
                 _sync(device)

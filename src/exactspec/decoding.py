@@ -25,7 +25,8 @@ import torch
 import torch.nn.functional as F
 
 from exactspec.cache import SlotCache
-from exactspec.drafters import DraftModelDrafter, PromptLookupDrafter, SamplingSpec
+from exactspec.drafters import DraftModelDrafter, PromptLookupDrafter
+from exactspec.hfconfig import Prefixes, SamplingConfig, SamplingSpec
 from exactspec.policy import AdaptivePolicy, DraftingState, FixedPolicy
 from exactspec.stats import GenerationStats
 from exactspec.rules import verify
@@ -122,7 +123,8 @@ class SpeculativeGenerator:
     """Exact speculative decoding with a draft model or a model-free drafter.
 
     Args:
-        target: a transformers causal LM (Llama, Qwen2, GPT-2, ... any full-attention KV-cache model).
+        target: a transformers causal LM with a KV cache (Llama, Qwen2, GPT-2, ...; sliding-window models
+            such as Mistral or Gemma 2/3 too, see :mod:`exactspec.cache`), loaded from a directory or a GGUF.
         draft: a smaller causal LM sharing the target's tokenizer (lm-head widths may differ by padding),
             on the target's device; its dtype may differ (e.g. a bf16 draft for an fp32 target): its
             distributions are taken in fp32, and exactness never depends on how good q is.
@@ -189,18 +191,25 @@ class SpeculativeGenerator:
             pass
         return stream.output
 
-    def stream(self, input_ids, attention_mask=None, *, max_new_tokens: int, do_sample: bool = True,
-               temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, gamma="auto",
-               method: str = "token", eos_token_id=None, pad_token_id=None, seed=None) -> GenerationStream:
+    def stream(self, input_ids, attention_mask=None, *, max_new_tokens: int, do_sample: bool | None = None,
+               temperature: float | None = None, top_k: int | None = None, top_p: float | None = None,
+               min_p: float | None = None, gamma="auto", method: str = "token", eos_token_id=None,
+               pad_token_id=None, seed=None, generation_config=None, **generation_kwargs) -> GenerationStream:
         """Generate step by step. Returns an iterable of :class:`StreamStep` whose ``.output`` is set at the end.
 
         Args:
             input_ids: `[B, P]` int64, left-padded (HF convention for decoder-only models).
             attention_mask: `[B, P]`, 1 for real tokens (default: all ones).
             max_new_tokens: exact number of new tokens per row unless EOS comes first.
-            do_sample / temperature / top_k / top_p: the target's sampling transform (also applied to the
-                draft). ``do_sample=False``, ``temperature=0`` or ``method="greedy"`` mean greedy decoding,
-                which reproduces ``target.generate(do_sample=False)`` token for token.
+            do_sample / temperature / top_k / top_p / min_p, and any other ``GenerationConfig`` setting as
+                a keyword (``repetition_penalty=``, ``no_repeat_ngram_size=``, ``min_new_tokens=``, ...):
+                None (the default) takes the value from `generation_config`, else the target's
+                ``generation_config``, resolved exactly as ``target.generate(**same arguments)`` does
+                (:class:`exactspec.hfconfig.SamplingConfig`): so decoding is greedy unless the config or
+                ``do_sample=True`` says otherwise, and sampling uses transformers' default ``top_k=50``
+                unless the config sets ``top_k``. p at every position is what transformers' own logits
+                processors give with that position's prefix. ``temperature=0`` or ``method="greedy"``
+                force greedy decoding, which reproduces ``target.generate(do_sample=False)`` token for token.
             gamma: ``"auto"`` (default: :class:`exactspec.policy.AdaptivePolicy` drafts while drafting pays,
                 stops a step early when the draft's confidence says another token does not pay, and takes
                 plain target steps when no length pays) or a fixed number of draft tokens per step (>= 1).
@@ -210,13 +219,15 @@ class SpeculativeGenerator:
             pad_token_id: filler after EOS; None uses the generation config's pad (else EOS, else 0).
             seed: seeds the run's single torch.Generator (draft sampling and verification).
         """
-        cfg = self._check_args(input_ids, attention_mask, max_new_tokens, do_sample, temperature, top_k,
-                               top_p, gamma, method, eos_token_id, pad_token_id, seed)
+        sampling = dict(do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+                        **generation_kwargs)
+        cfg = self._check_args(input_ids, attention_mask, max_new_tokens, sampling, generation_config, gamma,
+                               method, eos_token_id, pad_token_id, seed)
         return GenerationStream(self._run(**cfg))
 
     # ------------------------------------------------------------------------------ validation
-    def _check_args(self, input_ids, attention_mask, max_new_tokens, do_sample, temperature, top_k, top_p,
-                    gamma, method, eos_token_id, pad_token_id, seed) -> dict:
+    def _check_args(self, input_ids, attention_mask, max_new_tokens, sampling, generation_config, gamma,
+                    method, eos_token_id, pad_token_id, seed) -> dict:
         if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.shape[1] < 1 \
                 or input_ids.dtype not in (torch.int64, torch.int32):
             raise ValueError("input_ids must be an integer tensor of shape [batch, prompt_len >= 1]")
@@ -237,8 +248,6 @@ class SpeculativeGenerator:
             raise ValueError(f"method must be one of {METHODS}, got {method!r}")
         if not (gamma == "auto" or (isinstance(gamma, int) and not isinstance(gamma, bool) and gamma >= 1)):
             raise ValueError(f"gamma must be an integer >= 1 or 'auto', got {gamma!r}")
-        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature < 0:
-            raise ValueError(f"temperature must be a number >= 0, got {temperature!r}")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise ValueError(f"seed must be an integer or None, got {seed!r}")
         prompt_len = int(attention_mask.sum(1).max())
@@ -253,13 +262,17 @@ class SpeculativeGenerator:
         eos = _as_id_list(gc.eos_token_id if eos_token_id is None else eos_token_id)
         if pad_token_id is None:
             pad_token_id = gc.pad_token_id if gc.pad_token_id is not None else (eos[0] if eos else 0)
-        greedy = (not do_sample) or temperature == 0 or method == "greedy"
         device = self.target.device
         gen = torch.Generator(device=device)
         gen.manual_seed(seed if seed is not None else int(torch.randint(0, 2**62, (1,))))
-        spec = SamplingSpec(greedy=greedy, temperature=float(temperature), top_k=top_k, top_p=top_p,
-                            generator=gen, vocab_size=self.target.get_output_embeddings().weight.shape[0])
-        spec.probs(torch.zeros(1, 2, device=device))  # validates top_k / top_p now, not mid-stream
+        # One frozen, validated config resolved like target.generate(); the spec adds the run's generator
+        # and transformers' processors (built and checked now, not mid-stream).
+        sampling = {**sampling, "eos_token_id": eos if eos_token_id is not None else None}
+        if method == "greedy":
+            sampling["do_sample"] = False
+        config = SamplingConfig.from_model(self.target, generation_config, **sampling)
+        spec = SamplingSpec(config, gen, self.target.get_output_embeddings().weight.shape[0], self.target,
+                            max_new_tokens)
         return dict(ids=input_ids.long().to(device), mask=attention_mask.long().to(device),
                     max_new=max_new_tokens, spec=spec, gamma=gamma, method=method,
                     eos=torch.tensor(eos, dtype=torch.long, device=device), pad=int(pad_token_id))
@@ -338,13 +351,16 @@ class SpeculativeGenerator:
             logits = target.forward(inp, pos <= draft.lengths[:, None])  # [B, K+1, V]
             _sync(device)
             t2 = time.perf_counter()
+            # p [B, K+1, V] through transformers' processors, each position with its own prefix (when
+            # greedy: scores whose argmax is generate()'s choice, the logits themselves if no processor)
+            law = spec.target_law(logits, draft.tokens, draft.lengths, Prefixes(ids, mask, out, n_gen, active))
             if spec.greedy:  # on one-hot targets every rule is the greedy rule, which never reads q;
-                # it reads only the argmax, so the logits serve as they are (same lowest-id tie rule)
-                verdict = verify(logits, None, draft.tokens, method="greedy", draft_lengths=draft.lengths)
+                # it reads only the argmax, so the scores serve as they are (same lowest-id tie rule)
+                verdict = verify(law, None, draft.tokens, method="greedy", draft_lengths=draft.lengths)
             else:
                 q = draft.probs if draft.probs is not None else \
                     F.one_hot(draft.tokens, spec.vocab_size).float()  # [B, K, V]
-                verdict = verify(spec.probs(logits), q, draft.tokens, method=method,
+                verdict = verify(law, q, draft.tokens, method=method,
                                  draft_lengths=draft.lengths, generator=spec.generator)
             n, nxt = verdict.accepted, verdict.next_token
             policy.observe(draft, n)

@@ -39,9 +39,9 @@ def load_demo_pair(dtype=None, device: str = "cpu"):
 
 
 def load_pair(target: str | None = None, draft: str | None = None, dtype=None, device: str = "cpu"):
-    """`(target, draft, tokenizer)` from local paths or the local HF cache (offline), or the shipped demo pair
-    when `target` is None (then `draft` must be None too). `draft=None` with a `target` gives `draft=None`
-    (for model-free drafters).
+    """`(target, draft, tokenizer)` from local paths (directories or .gguf files) or the local HF cache
+    (offline), or the shipped demo pair when `target` is None (then `draft` must be None too).
+    `draft=None` with a `target` gives `draft=None` (for model-free drafters).
 
     The tokenizer is the target's; the draft's must be the same (checked), since speculative decoding
     compares token ids. Loading never downloads: a path that is not local is a ValueError.
@@ -58,9 +58,15 @@ def load_pair(target: str | None = None, draft: str | None = None, dtype=None, d
     dtype = dtype or torch.float32
 
     def load(path):
+        where, kw = path, {}
+        if str(path).lower().endswith(".gguf"):  # a GGUF file: transformers dequantizes it (needs `gguf`)
+            where, kw = str(pathlib.Path(path).parent), {"gguf_file": pathlib.Path(path).name}
+            if not pathlib.Path(path).is_file():
+                raise ValueError(f"cannot load model {path!r}: no such .gguf file")
+            _require_gguf()
         try:
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
-            return model, AutoTokenizer.from_pretrained(path, local_files_only=True)
+            model = AutoModelForCausalLM.from_pretrained(where, dtype=dtype, local_files_only=True, **kw)
+            return model, AutoTokenizer.from_pretrained(where, local_files_only=True, **kw)
         except OSError as exc:  # missing path / not in the local cache: a usage error, not a crash
             raise ValueError(f"cannot load model {path!r} offline: {exc}") from exc
 
@@ -71,6 +77,14 @@ def load_pair(target: str | None = None, draft: str | None = None, dtype=None, d
         SpeculativeGenerator.check_tokenizers(tokenizer, draft_tokenizer)
         draft_model = draft_model.to(device).eval()
     return target_model.to(device).eval(), draft_model, tokenizer
+
+
+def _require_gguf() -> None:
+    import importlib.util
+
+    missing = [m for m in ("gguf", "accelerate") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ValueError(f"reading .gguf files needs {' and '.join(missing)}: pip install 'exactspec[gguf]'")
 
 
 def demo_prompts() -> list[str]:
@@ -118,8 +132,8 @@ def run_demo(target, draft, tokenizer, prompts: list[str], *, max_new_tokens: in
         kinds: list[str] = []
         t0 = time.perf_counter()
         stream = gen.stream(enc["input_ids"], enc["attention_mask"], max_new_tokens=max_new_tokens,
-                            do_sample=not greedy, temperature=temperature, gamma=gamma, method=method,
-                            eos_token_id=[], seed=seed + i)
+                            do_sample=not greedy, temperature=temperature, top_k=0, gamma=gamma,
+                            method=method, eos_token_id=[], seed=seed + i)  # top_k=0: as the HF run below
         for step in stream:
             for toks, fds, drafted in zip(step.tokens, step.from_draft, step.drafted):
                 start = len(ids)

@@ -5,7 +5,7 @@ from. Exactness never depends on the drafter (verification corrects any q with q
 only speed does. Two are provided:
 
 - :class:`DraftModelDrafter`: a small causal LM with its own batch KV cache (see :mod:`exactspec.cache`),
-  sampled with the same temperature/top-k/top-p transform as the target.
+  sampled with the row-wise part of the target's processors (temperature, top-k/p, ...).
 - :class:`PromptLookupDrafter`: model-free n-gram lookup in the prompt + generated text; q is one-hot.
 
 Protocol (:class:`Drafter`, used by :class:`exactspec.decoding.SpeculativeGenerator`):
@@ -21,44 +21,9 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import torch
-import torch.nn.functional as F
 
 from exactspec.cache import SlotCache, left_pack
-from exactspec.sampling import probs_from_logits, sample_from_probs
-
-
-@dataclass
-class SamplingSpec:
-    """The token transform shared by target and draft, and the run's single source of randomness.
-
-    `vocab_size` is the target's lm-head width: every distribution handed to verification is mapped to
-    it (a wider draft head is truncated before the softmax, a narrower one is zero-padded), which keeps
-    verification exact because any q is allowed as long as drafted tokens have q(x) > 0.
-    """
-
-    greedy: bool
-    temperature: float
-    top_k: int
-    top_p: float
-    generator: torch.Generator
-    vocab_size: int
-
-    def probs(self, logits: torch.Tensor) -> torch.Tensor:
-        """`logits [..., V_model]` -> fp32 probabilities `[..., vocab_size]` after the transform."""
-        v = self.vocab_size
-        if logits.shape[-1] > v:
-            logits = logits[..., :v]
-        p = probs_from_logits(logits, temperature=0.0 if self.greedy else self.temperature,
-                              top_k=self.top_k, top_p=self.top_p)
-        if p.shape[-1] < v:
-            p = F.pad(p, (0, v - p.shape[-1]))
-        return p
-
-    def sample(self, probs: torch.Tensor) -> torch.Tensor:
-        """`probs [N, V]` -> `[N]` token ids (argmax when greedy, else inverse-CDF with the generator)."""
-        if self.greedy:
-            return probs.argmax(-1)
-        return sample_from_probs(probs, self.generator)
+from exactspec.hfconfig import SamplingSpec  # noqa: F401  (the spec drafters receive; re-exported)
 
 
 @dataclass

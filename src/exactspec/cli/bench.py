@@ -7,8 +7,8 @@ import argparse
 def register(sub) -> None:
     p = sub.add_parser("bench", help="benchmark exactspec against target alone and HF assisted generation",
                        description=__doc__)
-    p.add_argument("--target", help="target model path (default: the shipped demo pair)")
-    p.add_argument("--draft", help="draft model path (default: the shipped demo pair)")
+    p.add_argument("--target", help="target model: a directory or a .gguf file (default: the shipped demo pair)")
+    p.add_argument("--draft", help="draft model: a directory or a .gguf file (default: the shipped demo pair)")
     p.add_argument("--prompts", help="prompt file: JSON (a list, or {\"prompts\": [...]}) or text with one prompt "
                    "per blank-line-separated block (default: the demo pair's held-out prompts); e.g. "
                    "benchmarks/prompts/unseen_code.json, the hand-written unseen set")

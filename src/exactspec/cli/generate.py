@@ -6,6 +6,9 @@ Accepted draft tokens are shown in green, tokens the target drew after a rejecti
 """
 from __future__ import annotations
 
+import argparse
+import contextlib
+import io
 import json
 import sys
 
@@ -22,8 +25,11 @@ def register(subparsers) -> None:
                     "loaded from local paths or the local Hugging Face cache only; nothing is downloaded.",
     )
     p.add_argument("prompts", nargs="+", metavar="PROMPT", help="prompt text (several prompts form a batch)")
-    p.add_argument("--target", metavar="PATH_OR_ID", help="target model (default: the demo pair's target)")
-    p.add_argument("--draft", metavar="PATH_OR_ID", help="draft model sharing the target's tokenizer")
+    p.add_argument("--target", metavar="PATH_OR_ID",
+                   help="target model: a Hugging Face directory or id, or a .gguf file (default: the demo pair's)")
+    p.add_argument("--draft", metavar="PATH_OR_ID", help="draft model sharing the target's tokenizer (same forms)")
+    p.add_argument("--chat", action="store_true",
+                   help="wrap each prompt as a user message with the tokenizer's chat template")
     p.add_argument("--prompt-lookup", action="store_true", help="draft by n-gram prompt lookup (no draft model)")
     p.add_argument("--ngram", type=int, default=3, metavar="N",
                    help="longest n-gram --prompt-lookup matches (tries N down to 1; default 3)")
@@ -31,9 +37,15 @@ def register(subparsers) -> None:
                    "while drafting pays and takes plain steps when it does not)")
     p.add_argument("--method", default="token", choices=("token", "block", "greedy"),
                    help="verification rule (default token)")
-    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature; 0 = greedy")
-    p.add_argument("--top-k", type=int, default=0, help="top-k filter (0 = off)")
-    p.add_argument("--top-p", type=float, default=1.0, help="top-p filter (1 = off)")
+    # Sampling settings default to the target's generation_config, as target.generate() resolves them.
+    p.add_argument("--do-sample", action=argparse.BooleanOptionalAction, default=None,
+                   help="sample (--do-sample) or decode greedily (--no-do-sample); default: the target's "
+                        "generation_config, or sampling when a setting below is given")
+    p.add_argument("--temperature", type=float, help="sampling temperature; 0 = greedy (default: config)")
+    p.add_argument("--top-k", type=int, help="top-k filter, 0 = off (default: config, else transformers' 50)")
+    p.add_argument("--top-p", type=float, help="top-p filter, 1 = off (default: config)")
+    p.add_argument("--min-p", type=float, help="min-p filter (default: config)")
+    p.add_argument("--repetition-penalty", type=float, help="repetition penalty (default: config)")
     p.add_argument("--max-new-tokens", type=int, default=64, help="new tokens per prompt (default 64)")
     p.add_argument("--seed", type=int, default=None, help="seed for reproducible sampling")
     p.add_argument("--device", default="cpu", help="torch device (default cpu)")
@@ -52,8 +64,17 @@ def load_models(args):
         raise ValueError("--prompt-lookup and --draft exclude each other")
     if args.target is not None and args.draft is None and not args.prompt_lookup:
         raise ValueError("--target needs --draft or --prompt-lookup")
-    target, draft, tok = load_pair(args.target, args.draft, device=args.device)
+    with contextlib.redirect_stderr(io.StringIO()):  # transformers' GGUF loader draws a plain tqdm bar there
+        target, draft, tok = load_pair(args.target, args.draft, device=args.device)
     return target, (None if args.prompt_lookup else draft), tok
+
+
+def chat_prompt(tok, prompt: str) -> str:
+    """`prompt` as one user turn in the tokenizer's chat template, ready for the assistant's answer."""
+    if not getattr(tok, "chat_template", None):
+        raise ValueError("--chat: the target's tokenizer has no chat template")
+    return tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
+                                   tokenize=False)
 
 
 def stats_table(stats):
@@ -106,13 +127,21 @@ def run(args) -> int:
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token if tok.eos_token is not None else tok.convert_ids_to_tokens(0)
     tok.padding_side = "left"
-    enc = tok(args.prompts, return_tensors="pt", padding=True)
+    texts = [chat_prompt(tok, p) for p in args.prompts] if args.chat else args.prompts
+    # A chat template writes its own special tokens (BOS included): the tokenizer must not add them again.
+    enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=not args.chat)
     if enc["input_ids"].shape[1] == 0:
         raise ValueError("PROMPT is empty after tokenization")
+    sampling = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
+                    repetition_penalty=args.repetition_penalty)
+    do_sample = args.do_sample
+    if do_sample is None and any(v is not None for v in sampling.values()):
+        do_sample = args.temperature != 0  # a sampling setting on the command line asks for sampling
+    # EOS: the config's list (e.g. <|im_end|> and <|endoftext|>), else the tokenizer's.
+    eos = None if target.generation_config.eos_token_id is not None else tok.eos_token_id
     stream = gen.stream(enc["input_ids"], enc["attention_mask"], max_new_tokens=args.max_new_tokens,
-                        do_sample=args.temperature > 0, temperature=args.temperature, top_k=args.top_k,
-                        top_p=args.top_p, gamma=gamma, method=args.method,
-                        eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, seed=args.seed)
+                        do_sample=do_sample, **sampling, gamma=gamma, method=args.method,
+                        eos_token_id=eos, pad_token_id=tok.pad_token_id, seed=args.seed)
     console = Console(highlight=False)
     single = len(args.prompts) == 1 and not args.json
     ids = [[] for _ in args.prompts]
@@ -135,8 +164,8 @@ def run(args) -> int:
         print(json.dumps({"text": texts[0] if len(texts) == 1 else None, "texts": texts,
                           "prompts": args.prompts, "token_ids": ids, "from_draft": flags,
                           "stats": out.stats.to_dict(),
-                          "config": {"gamma": args.gamma, "method": args.method, "temperature": args.temperature,
-                                     "top_k": args.top_k, "top_p": args.top_p, "seed": args.seed,
+                          "config": {"gamma": args.gamma, "method": args.method, "do_sample": do_sample,
+                                     **sampling, "chat": args.chat, "seed": args.seed,
                                      "max_new_tokens": args.max_new_tokens,
                                      "drafter": "prompt_lookup" if draft is None else "model"}}))
         return 0
