@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import sys
 
+from exactspec.cli import SEED, device, integer, real
+
 # One palette for `generate` and `demo`.
 STYLES = {"prompt": "dim", "accepted": "bold green", "corrected": "bold red", "bonus": "bold cyan"}
 
@@ -25,17 +27,17 @@ def register(subparsers) -> None:
     p.add_argument("--target", metavar="PATH_OR_ID", help="target model (default: the demo pair's target)")
     p.add_argument("--draft", metavar="PATH_OR_ID", help="draft model sharing the target's tokenizer")
     p.add_argument("--prompt-lookup", action="store_true", help="draft by n-gram prompt lookup (no draft model)")
-    p.add_argument("--ngram", type=int, default=3, metavar="N",
+    p.add_argument("--ngram", type=integer(1), default=3, metavar="N",
                    help="longest n-gram --prompt-lookup matches (tries N down to 1; default 3)")
     p.add_argument("--gamma", default="4", help="draft tokens per step, or 'auto' (default 4)")
     p.add_argument("--method", default="token", choices=("token", "block", "greedy"),
                    help="verification rule (default token)")
-    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature; 0 = greedy")
-    p.add_argument("--top-k", type=int, default=0, help="top-k filter (0 = off)")
-    p.add_argument("--top-p", type=float, default=1.0, help="top-p filter (1 = off)")
-    p.add_argument("--max-new-tokens", type=int, default=64, help="new tokens per prompt (default 64)")
-    p.add_argument("--seed", type=int, default=None, help="seed for reproducible sampling")
-    p.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    p.add_argument("--temperature", type=real(0), default=1.0, help="sampling temperature; 0 = greedy")
+    p.add_argument("--top-k", type=integer(0), default=0, help="top-k filter (0 = off)")
+    p.add_argument("--top-p", type=real(0, 1), default=1.0, help="top-p filter (1 = off)")
+    p.add_argument("--max-new-tokens", type=integer(0), default=64, help="new tokens per prompt (default 64)")
+    p.add_argument("--seed", type=SEED, default=None, help="seed for reproducible sampling")
+    p.add_argument("--device", type=device, default="cpu", help="torch device (default cpu)")
     p.add_argument("--json", action="store_true", help="print one JSON object (texts + stats) instead")
     p.set_defaults(func=run)
 
@@ -92,10 +94,9 @@ def run(args) -> int:
     from exactspec.text import styled_pieces, token_kinds
 
     gamma = parse_gamma(args.gamma)
-    if args.max_new_tokens < 0:
-        raise ValueError(f"--max-new-tokens must be >= 0, got {args.max_new_tokens}")
-    if args.ngram < 1:
-        raise ValueError(f"--ngram must be >= 1, got {args.ngram}")
+    empty = [i + 1 for i, text in enumerate(args.prompts) if not text]
+    if empty:
+        raise ValueError(f"PROMPT {empty[0]} of {len(args.prompts)} is empty ('')")
     target, draft, tok = load_models(args)
     if draft is not None:
         gen = SpeculativeGenerator(target, draft)
