@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import os
 
 # torch is imported inside the functions that need it: `exactspec speedup` and the arithmetic modules
 # validate their arguments here without paying for importing torch.

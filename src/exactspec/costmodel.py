@@ -16,7 +16,6 @@ Two ways to obtain one:
 from __future__ import annotations
 
 import json
-import math
 import os
 import statistics
 import time

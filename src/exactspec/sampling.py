@@ -18,7 +18,6 @@ probabilities are ranked by *lower token id first*. Hence
 """
 from __future__ import annotations
 
-import math
 from contextlib import contextmanager
 
 import torch
