@@ -55,7 +55,7 @@ def test_streamed_text_and_table_with_prompt_lookup_and_batch(pair, capsys):
 
 @pytest.mark.parametrize("argv,message", [
     (["--gamma", "0"], "gamma"),
-    (["--method", "token", "--top-p", "2"], "top_p"),
+    (["--method", "token", "--top-p", "2"], "--top-p"),
     (["--draft-other"], "differs"),
 ])
 def test_bad_input_exits_2_with_message(pair, capsys, argv, message):

@@ -18,6 +18,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from exactspec.checks import check_choice, check_int
+
 __all__ = [
     "expected_accepted_token_rule",
     "expected_accepted_block",
@@ -27,12 +29,14 @@ __all__ = [
 
 MULTI_DRAFT_SCHEMES = ("iid", "without_replacement", "deterministic")
 _EPS = 1e-12
+# Enumeration budget: more candidate sequences than this is minutes of work, refused up front.
+MAX_SEQUENCES = 10**7
 
 
 def _vec(x: Any, name: str) -> np.ndarray:
-    if hasattr(x, "detach"):
-        x = x.detach().cpu().double().numpy()
-    v = np.asarray(x, dtype=np.float64)
+    from exactspec.speedup import _to_numpy  # numbers only: no str / bool / None coercion
+
+    v = _to_numpy(x, name)
     if v.ndim != 1 or v.size == 0:
         raise ValueError(f"{name} must give a 1-d probability vector, got shape {v.shape}")
     if np.isnan(v).any() or (v < 0).any() or abs(v.sum() - 1.0) > 1e-6:
@@ -49,26 +53,41 @@ def _as_dist_fn(d: Any, name: str) -> Callable[[tuple], np.ndarray]:
                 raise ValueError(f"{name} has no distribution for prefix {prefix!r}")
             return _vec(d[prefix], name)
         return from_dict
-    if isinstance(d, (list, tuple)) and d and np.ndim(_np(d[0])) == 1 and np.ndim(_np(d[-1])) >= 1:
-        tables = [_np(t) for t in d]
+    if isinstance(d, (list, tuple)) and d and np.ndim(_np(d[0], name)) == 1 and np.ndim(_np(d[-1], name)) >= 1:
+        tables = [_np(t, name) for t in d]
         if all(t.ndim == i + 1 for i, t in enumerate(tables)):
             def from_tables(prefix):
                 if len(prefix) >= len(tables):
                     raise ValueError(f"{name} has tables for prefixes shorter than {len(tables)} only")
                 return _vec(tables[len(prefix)][tuple(prefix)], name)
             return from_tables
-    v = _vec(_np(d), name)  # context-free
+    v = _vec(_np(d, name), name)  # context-free
     return lambda prefix: v
 
 
-def _np(x):
-    return x.detach().cpu().double().numpy() if hasattr(x, "detach") else np.asarray(x, dtype=np.float64)
+def _np(x, name: str = "p"):
+    from exactspec.speedup import _to_numpy  # numbers only: no str / bool / None coercion
+
+    return _to_numpy(x, name)
 
 
 def _check_K(K: Any) -> int:
-    if isinstance(K, bool) or not isinstance(K, (int, np.integer)) or K < 1:
-        raise ValueError(f"K (draft length) must be an integer >= 1, got {K!r}")
-    return int(K)
+    return check_int("K (draft length)", K, min=1)
+
+
+def _root_dists(p, q, length: int, what: str):
+    """(pf, qf) for p and q, checked at the empty prefix: same vocabulary, and an enumeration of at most
+    MAX_SEQUENCES sequences (estimated from the support at the root) for ``length`` positions."""
+    pf, qf = _as_dist_fn(p, "p"), _as_dist_fn(q, "q")
+    p0, q0 = pf(()), qf(())
+    if p0.shape != q0.shape:
+        raise ValueError(f"p and q must have the same vocabulary size, got {p0.size} and {q0.size}")
+    support = int(max((q0 > 0).sum(), (p0 > 0).sum()))
+    if support > 1 and length * np.log10(support) > np.log10(MAX_SEQUENCES):
+        raise ValueError(f"{what}={length} with {support} possible tokens per position would enumerate up to "
+                         f"{support}**{length} sequences (limit {MAX_SEQUENCES:.0e}); this exact reference is "
+                         "for small vocabularies and draft lengths")
+    return pf, qf
 
 
 def expected_accepted_token_rule(p, q, K: int) -> float:
@@ -79,7 +98,7 @@ def expected_accepted_token_rule(p, q, K: int) -> float:
     Excludes the bonus/correction token (tokens per step = this + 1).
     """
     K = _check_K(K)
-    pf, qf = _as_dist_fn(p, "p"), _as_dist_fn(q, "q")
+    pf, qf = _root_dists(p, q, K, "K")
 
     def walk(prefix: tuple, mass: float) -> float:
         # mass = P(x_1..x_i drafted and all kept)
@@ -112,7 +131,7 @@ def expected_accepted_block(p, q, K: int) -> float:
     Excludes the bonus/correction token. Always >= :func:`expected_accepted_token_rule`.
     """
     K = _check_K(K)
-    pf, qf = _as_dist_fn(p, "p"), _as_dist_fn(q, "q")
+    pf, qf = _root_dists(p, q, K, "K")
 
     def walk(prefix: tuple, mass: float, w: float, h: list[float]) -> float:
         i = len(prefix)
@@ -150,13 +169,13 @@ def multi_draft_acceptance(p, q, n: int, scheme: str = "iid") -> float:
     p, q: [V]. Exact, enumerating candidate sequences (V^n for "iid"/"without_replacement").
     With n = 1 every scheme except "deterministic" gives sum_x min(p, q).
     """
-    pv, qv = _vec(_np(p), "p"), _vec(_np(q), "q")
+    pv, qv = _vec(_np(p, "p"), "p"), _vec(_np(q, "q"), "q")
     if pv.shape != qv.shape:
         raise ValueError(f"p and q must have the same size, got {pv.shape} and {qv.shape}")
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise ValueError(f"n (number of candidates) must be an integer >= 1, got {n!r}")
-    if scheme not in MULTI_DRAFT_SCHEMES:
-        raise ValueError(f"scheme must be one of {MULTI_DRAFT_SCHEMES}, got {scheme!r}")
+    n = check_int("n (number of candidates)", n, min=1)
+    check_choice("scheme", scheme, MULTI_DRAFT_SCHEMES)
+    if scheme != "deterministic":
+        _root_dists(pv, qv, n, "n")
 
     if scheme == "deterministic":
         order = np.argsort(-qv, kind="stable")[: int(n)]

@@ -139,6 +139,14 @@ def _hf_kwargs(cfg: BenchConfig, tokenizer) -> dict:
     return kw
 
 
+def system_names(gamma_n: int, gammas=None) -> list[str]:
+    """Every system's name, in the order :func:`build_systems` runs them (all batch sizes)."""
+    return [BASELINE, LOOP, f"HF assisted (γ={gamma_n})"] + \
+        [f"exactspec token (γ={g})" for g in (gammas or (gamma_n,))] + \
+        [f"exactspec block (γ={gamma_n})", "exactspec token (γ=auto)", "exactspec block (γ=auto)",
+         f"exactspec prompt lookup (γ={gamma_n})", "exactspec prompt lookup (γ=auto)"]
+
+
 def build_systems(target, draft, tokenizer, cfg: BenchConfig, cost_model) -> dict[str, System]:
     """name -> :class:`System`, in the order they run (interleaved)."""
     from exactspec.decoding import SpeculativeGenerator

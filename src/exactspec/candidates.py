@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import torch
 
 from exactspec.sampling import sample_from_probs
-from exactspec.checks import _check_rows, _to32
+from exactspec.checks import (_check_rows, _to32, _validate_candidates, _validate_tree, _validate_tree_call,
+                              names_sampled_rows)
 from exactspec.rules import residual_or_p, token_accept_prob
 
 __all__ = [
@@ -60,6 +61,7 @@ def mrrs_residual(r: torch.Tensor, qs: torch.Tensor) -> torch.Tensor:
 
 
 # ----------------------------------------------------------------------------- batched rule
+@names_sampled_rows("target_probs/draft_probs")
 def verify_candidates(
     target_probs: torch.Tensor,  # [B, V]
     draft_probs: torch.Tensor | None,  # [B, V]; None allowed for scheme="deterministic"
@@ -75,22 +77,8 @@ def verify_candidates(
     of the accepted candidate or -1; ``next_token`` is the emitted token (the accepted candidate, or a
     sample from the final residual when every candidate was rejected).
     """
-    if scheme not in SCHEMES:
-        raise ValueError(f"scheme must be one of {SCHEMES}, got {scheme!r}")
-    if not isinstance(target_probs, torch.Tensor) or target_probs.dim() != 2:
-        raise ValueError("target_probs must be a float tensor of shape [B, V]")
+    _validate_candidates(target_probs, draft_probs, candidates, scheme, SCHEMES, checks, generator)
     B, V = target_probs.shape
-    if not isinstance(candidates, torch.Tensor) or candidates.dim() != 2 or candidates.shape[0] != B \
-            or candidates.dtype.is_floating_point:
-        raise ValueError(f"candidates must be an integer tensor of shape [B, n] with B = {B}")
-    if bool(((candidates < -1) | (candidates >= V)).any()):
-        raise ValueError(f"candidates: token id out of range [0, {V}) (-1 = padding)")
-    if draft_probs is None:
-        if scheme != "deterministic":
-            raise ValueError(f"draft_probs is required for scheme={scheme!r}")
-    elif draft_probs.shape != (B, V):
-        raise ValueError(f"draft_probs has shape {tuple(draft_probs.shape)}, expected [B, V] = [{B}, {V}]"
-                         + (" (vocab mismatch)" if draft_probs.shape[-1] != V else ""))
     if scheme == "without_replacement" and candidates.shape[1] > 1:
         c = candidates
         same = (c[:, :, None] == c[:, None, :]) & (c[:, :, None] >= 0)
@@ -106,6 +94,8 @@ def verify_candidates(
         if checks != "none":
             _check_rows(q, None, "draft_probs", "candidate")
     n = candidates.shape[1]
+    if n == 0:  # no candidate: the emitted token is a plain sample from p
+        return torch.full((B,), -1, dtype=torch.long, device=R.device), sample_from_probs(R, generator)
     cand = candidates.long()
     ar = torch.arange(B, device=R.device)
     acc = torch.full((B,), -1, dtype=torch.long, device=R.device)
@@ -158,13 +148,7 @@ class TokenTree:
     tokens: torch.Tensor | list
 
     def __post_init__(self):
-        self.parents = torch.as_tensor(self.parents, dtype=torch.long)
-        self.tokens = torch.as_tensor(self.tokens, dtype=torch.long)
-        N = self.parents.shape[0]
-        if self.parents.dim() != 1 or bool(((self.parents < -1) | (self.parents >= torch.arange(N))).any()):
-            raise ValueError("parents must be [N] with -1 <= parents[i] < i (topological order)")
-        if self.tokens.shape[-1] != N or self.tokens.dim() not in (1, 2):
-            raise ValueError(f"tokens must be [N] or [B, N] with N = {N}")
+        self.parents, self.tokens = _validate_tree(self.parents, self.tokens)
 
     @property
     def num_nodes(self) -> int:
@@ -202,6 +186,7 @@ class TreeVerdict:
         return out
 
 
+@names_sampled_rows("target_probs/draft_probs")
 def verify_tree(
     tree: TokenTree,
     target_probs: torch.Tensor,  # [B, N+1, V]: row 0 root, row i+1 after node i
@@ -215,15 +200,9 @@ def verify_tree(
 
     Batched over B: at each depth the rows sitting at the same node are verified together.
     """
-    if not isinstance(tree, TokenTree):
-        raise ValueError("tree must be a TokenTree")
+    _validate_tree_call(tree, TokenTree, target_probs, draft_probs, scheme, SCHEMES, generator)
     N = tree.num_nodes
-    if not isinstance(target_probs, torch.Tensor) or target_probs.dim() != 3 \
-            or target_probs.shape[1] != N + 1:
-        raise ValueError(f"target_probs must be [B, N+1, V] with N + 1 = {N + 1}")
     B, _, V = target_probs.shape
-    if draft_probs is not None and draft_probs.shape != target_probs.shape:
-        raise ValueError(f"draft_probs must have the shape of target_probs, {tuple(target_probs.shape)}")
     toks = tree.tokens.expand(B, N) if tree.tokens.dim() == 1 else tree.tokens
     if toks.shape[0] != B:
         raise ValueError(f"tree.tokens has {toks.shape[0]} rows, expected B = {B}")

@@ -1,27 +1,220 @@
-"""Input checks shared by the verification rules: shapes, token ranges, and that the rows a rule reads are
-probability distributions (finite, non-negative, summing to 1 within the dtype's tolerance).
+"""The validation layer: every public entry point checks its arguments here, up front.
 
-Every failure is a ValueError naming the offending argument: a rule must never turn bad input into a
-silently wrong distribution.
+Two parts:
+
+- small reusable checkers for scalar arguments, generators, seeds, devices and tensors
+  (:func:`check_int`, :func:`check_real`, :func:`check_prob`, :func:`check_bool`, :func:`check_choice`,
+  :func:`check_generator`, :func:`check_seed`, :func:`check_device`, :func:`check_tensor`, ...);
+- the checks shared by the verification rules: shapes, token ranges, and that the rows a rule reads are
+  probability distributions (finite, non-negative, summing to 1 within the dtype's tolerance).
+
+Every failure names the argument and the bad value. A wrong *type* raises :class:`ArgumentTypeError`, a
+``TypeError`` that is also a ``ValueError`` (so ``except ValueError`` written against earlier versions,
+and the CLI's one-line error handler, still catch it); a wrong *value* raises ``ValueError``. Nothing is
+coerced: ``True`` is not the number 1, ``"0.5"`` is not 0.5, and NaN / inf are rejected unless allowed.
 """
 from __future__ import annotations
 
-import torch
+import math
+import numbers
+
+# torch is imported inside the functions that need it: `exactspec speedup` and the arithmetic modules
+# validate their arguments here without paying for importing torch.
+
+
+class ArgumentTypeError(TypeError, ValueError):
+    """An argument of the wrong type (a TypeError, and a ValueError for backward compatibility)."""
+
+
+def _show(v) -> str:
+    s = repr(v)
+    return s if len(s) <= 80 else s[:77] + "..."
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool) and not _is_np_bool(v)
+
+
+def _is_real(v) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, bool) and not _is_np_bool(v)
+
+
+def _is_np_bool(v) -> bool:
+    return type(v).__module__ == "numpy" and type(v).__name__ in ("bool_", "bool")
+
+
+def _range_text(lo, hi) -> str:
+    if lo is not None and hi is not None:
+        return f" in [{lo}, {hi}]"
+    return f" >= {lo}" if lo is not None else (f" <= {hi}" if hi is not None else "")
+
+
+def check_int(name: str, v, *, min: int | None = None, max: int | None = None) -> int:
+    """An integer (Python or numpy, never bool or float) in [min, max]; returned as a Python int."""
+    if not _is_int(v):
+        raise ArgumentTypeError(f"{name} must be an integer{_range_text(min, max)}, got {_show(v)}")
+    v = int(v)
+    if (min is not None and v < min) or (max is not None and v > max):
+        raise ValueError(f"{name} must be an integer{_range_text(min, max)}, got {v}")
+    return v
+
+
+def check_real(name: str, v, *, min: float | None = None, max: float | None = None,
+               allow_inf: bool = False) -> float:
+    """A real number (int or float, Python or numpy; never bool or str), not NaN, finite unless
+    ``allow_inf``, in [min, max]; returned as a Python float."""
+    if not _is_real(v):
+        raise ArgumentTypeError(f"{name} must be a number{_range_text(min, max)}, got {_show(v)}")
+    f = float(v)
+    if math.isnan(f) or (math.isinf(f) and not allow_inf):
+        raise ValueError(f"{name} must be a finite number{_range_text(min, max)}, got {_show(v)}")
+    if (min is not None and f < min) or (max is not None and f > max):
+        raise ValueError(f"{name} must be a number{_range_text(min, max)}, got {_show(v)}")
+    return f
+
+
+def check_prob(name: str, v) -> float:
+    """A probability: a real number in [0, 1]."""
+    return check_real(name, v, min=0.0, max=1.0)
+
+
+def check_bool(name: str, v) -> bool:
+    """A real bool (or numpy bool): ``"False"``, 0 and None are not accepted (``bool("False")`` is True)."""
+    if not (isinstance(v, bool) or _is_np_bool(v)):
+        raise ArgumentTypeError(f"{name} must be True or False, got {_show(v)}")
+    return bool(v)
+
+
+def check_choice(name: str, v, choices) -> str:
+    if not isinstance(v, str) or v not in choices:
+        raise ValueError(f"{name} must be one of {tuple(choices)}, got {_show(v)}")
+    return v
+
+
+def check_generator(name: str, g, device=None):
+    """None or a ``torch.Generator`` (on ``device``'s type, when given)."""
+    import torch
+    if g is None:
+        return None
+    if not isinstance(g, torch.Generator):
+        raise ArgumentTypeError(f"{name} must be a torch.Generator or None, got {_show(g)}")
+    if device is not None and torch.device(g.device).type != torch.device(device).type:
+        raise ValueError(f"{name} is on {g.device} but the tensors are on {device}")
+    return g
+
+
+SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1  # what torch.Generator.manual_seed accepts
+
+
+def check_seed(name: str, seed):
+    """None or an integer that ``torch.Generator.manual_seed`` accepts, [-2**63, 2**64 - 1]."""
+    import torch
+    if seed is None:
+        return None
+    if not _is_int(seed):
+        raise ArgumentTypeError(f"{name} must be an integer or None, got {_show(seed)}")
+    seed = int(seed)
+    if not SEED_MIN <= seed <= SEED_MAX:
+        raise ValueError(f"{name} must lie in [-2**63, 2**64 - 1] (a torch.Generator seed), got {seed}")
+    return seed
+
+
+def check_device(name: str, device) -> torch.device:
+    """A torch device (or its name) that exists in this build: 'cuda' on a CPU-only torch is an error."""
+    import torch
+    if not isinstance(device, (str, torch.device)):
+        raise ArgumentTypeError(f"{name} must be a device name such as 'cpu' or 'cuda:0', got {_show(device)}")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError) as exc:
+        raise ValueError(f"{name}: {device!r} is not a torch device ({exc})") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"{name}: {device!r} is not available: this torch build has no usable CUDA "
+                             f"(torch {torch.__version__}); use 'cpu'")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(f"{name}: {device!r} is not available: only {torch.cuda.device_count()} CUDA "
+                             "device(s) exist")
+    elif dev.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise ValueError(f"{name}: {device!r} is not available: no MPS in this build; use 'cpu'")
+    elif dev.type not in ("cpu", "cuda", "mps", "meta", "xpu"):
+        raise ValueError(f"{name}: unsupported device {device!r}")
+    return dev
+
+
+def check_float_dtype(name: str, dtype):
+    """None or a floating torch.dtype."""
+    import torch
+    if dtype is None:
+        return None
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ArgumentTypeError(f"{name} must be a floating torch.dtype (e.g. torch.float32) or None, "
+                                f"got {_show(dtype)}")
+    return dtype
+
+
+def check_tensor(name: str, x, *, kind: str | None = None, dims=None, min_last: int = 0) -> torch.Tensor:
+    """``x`` is a torch.Tensor; ``kind`` "float" (floating dtype) or "int" (integer dtype, not bool);
+    ``dims`` an int or a tuple of allowed numbers of dimensions (a shape text is printed in errors);
+    ``min_last`` the smallest size of the last dimension."""
+    import torch
+    if not isinstance(x, torch.Tensor):
+        raise ArgumentTypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}: {_show(x)}")
+    if kind == "float" and not x.is_floating_point():
+        raise ArgumentTypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
+    if kind == "int" and (x.is_floating_point() or x.is_complex() or x.dtype == torch.bool):
+        raise ArgumentTypeError(f"{name} must be an integer tensor, got dtype {x.dtype}")
+    if dims is not None:
+        allowed = (dims,) if isinstance(dims, int) else tuple(dims)
+        if x.dim() not in allowed:
+            want = " or ".join(str(d) for d in allowed)
+            raise ValueError(f"{name} must have {want} dimensions, got shape {tuple(x.shape)}")
+    if min_last and (x.dim() == 0 or x.shape[-1] < min_last):
+        raise ValueError(f"{name} must have a last dimension of size >= {min_last}, got shape {tuple(x.shape)}")
+    return x
+
+
+def check_token_ids(name: str, ids, vocab_size: int, *, allow_empty: bool = True) -> list[int]:
+    """An int, or a list / tuple / 1-d integer tensor of ints, each in [0, vocab_size); returned as a list."""
+    import torch
+    if isinstance(ids, torch.Tensor):
+        if ids.dim() > 1 or ids.is_floating_point() or ids.dtype == torch.bool:
+            raise ArgumentTypeError(f"{name} must be an int or a 1-d integer tensor / list of ints, got "
+                                    f"a {ids.dtype} tensor of shape {tuple(ids.shape)}")
+        vals = [int(v) for v in ids.tolist()] if ids.dim() else [int(ids)]
+    elif _is_int(ids):
+        vals = [int(ids)]
+    elif isinstance(ids, (list, tuple)):
+        if not all(_is_int(v) for v in ids):
+            raise ArgumentTypeError(f"{name} must be an int or a list of ints, got {_show(ids)}")
+        vals = [int(v) for v in ids]
+    else:
+        raise ArgumentTypeError(f"{name} must be an int or a list of ints, got {_show(ids)}")
+    if not allow_empty and not vals:
+        raise ValueError(f"{name} must not be empty")
+    bad = [v for v in vals if not 0 <= v < vocab_size]
+    if bad:
+        raise ValueError(f"{name}: token id {bad[0]} is outside the vocabulary [0, {vocab_size})")
+    return vals
+
 
 METHODS = ("token", "greedy", "block")
 CHECKS = ("rule", "full", "none")
 
 
 def _to32(x: torch.Tensor) -> torch.Tensor:
+    import torch
     return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
 
 
 def _tol(x: torch.Tensor) -> float:
     # Row sums of half-precision softmax outputs drift by ~1e-3; fp32/fp64 ones by far less.
+    import torch
     return 2e-2 if x.dtype in (torch.float16, torch.bfloat16) else 1e-3
 
 
 def _row_sums(x: torch.Tensor) -> torch.Tensor:  # [..., V] -> [...] fp32
+    import torch
     if x.dtype == torch.float32 and x.dim() == 2 and x.stride(-1) == 1:
         # A matrix-vector product (BLAS, any row stride) is a much cheaper row reduction than .sum() here.
         return torch.mv(x, torch.ones(x.shape[-1], dtype=x.dtype, device=x.device))
@@ -32,6 +225,7 @@ def _row_sums(x: torch.Tensor) -> torch.Tensor:  # [..., V] -> [...] fp32
 
 
 def _check_sums(sums: torch.Tensor, mask: torch.Tensor | None, tol: float, name: str) -> None:
+    import torch
     bad = ~((sums - 1.0).abs() <= tol)  # also catches NaN / inf
     if mask is not None:
         bad &= mask
@@ -47,6 +241,7 @@ def _check_rows(rows: torch.Tensor, mask: torch.Tensor | None, name: str, what: 
                 tol: float | None = None) -> None:
     """Finite, non-negative, normalised rows [N, V] (the rows a rule samples from); ``mask`` [N] selects
     the rows that matter; ``tol`` defaults to the rows' own dtype's (pass the source's for upcast rows)."""
+    import torch
     if rows.numel() == 0:
         return
     # NaN / inf propagate into the row sums, so the sum check covers them; min catches negatives.
@@ -59,6 +254,7 @@ def _check_rows(rows: torch.Tensor, mask: torch.Tensor | None, name: str, what: 
 
 
 def _check_gathered(p_x, q_x, valid, need_q: bool) -> None:
+    import torch
     if not bool((torch.isfinite(p_x) & (p_x >= 0) & (p_x <= 1.0 + 1e-3) | ~valid).all()):
         raise ValueError("target_probs: NaN, negative or > 1 probability at a drafted token")
     if need_q:
@@ -74,6 +270,7 @@ def _check_gathered(p_x, q_x, valid, need_q: bool) -> None:
 
 def _check_full(tp, dp, valid_pos, bonus_pos) -> None:
     """Every element of every row in use: the opt-in `checks="full"` mode."""
+    import torch
     B, K1, V = tp.shape
     rows_t = torch.cat([valid_pos, torch.zeros(B, 1, dtype=torch.bool, device=tp.device)], 1)
     rows_t[torch.arange(B), bonus_pos] = True
@@ -83,39 +280,159 @@ def _check_full(tp, dp, valid_pos, bonus_pos) -> None:
         _check_rows(_to32(x[rows]), None, name, "used", tol=_tol(x))
 
 
-def _validate_shapes(tp, dp, tokens, lengths, method, checks):
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-    if checks not in CHECKS:
-        raise ValueError(f"checks must be one of {CHECKS}, got {checks!r}")
-    if not isinstance(tp, torch.Tensor) or tp.dim() != 3 or not tp.is_floating_point():
-        raise ValueError("target_probs must be a float tensor of shape [B, K+1, V]")
+def _validate_shapes(tp, dp, tokens, lengths, method, checks, generator=None,
+                     names=("target_probs", "draft_probs")):
+    """Shapes, dtypes, token ranges and the settings of a verification call; ``names`` are the probability
+    arguments' names in errors (``verify_logits`` passes its logits arguments')."""
+    import torch
+    tn, dn = names
+    check_choice("method", method, METHODS)
+    check_choice("checks", checks, CHECKS)
+    check_tensor(tn, tp, kind="float", dims=3, min_last=1)
+    if tp.shape[1] < 1:
+        raise ValueError(f"{tn} must have shape [B, K+1, V] with K+1 >= 1, got {tuple(tp.shape)}")
+    check_generator("generator", generator, tp.device)
     B, K1, V = tp.shape
     K = K1 - 1
-    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.dtype.is_floating_point:
-        raise ValueError("draft_tokens must be an integer tensor of shape [B, K]")
+    check_tensor("draft_tokens", tokens, kind="int", dims=2)
     if tokens.shape != (B, K):
         raise ValueError(f"draft_tokens has shape {tuple(tokens.shape)}, expected [B, K] = [{B}, {K}] "
-                         "(target_probs is [B, K+1, V])")
+                         f"({tn} is [B, K+1, V] = {list(tp.shape)})")
     if dp is None:
         if method != "greedy":
-            raise ValueError(f"draft_probs is required for method={method!r}")
+            raise ValueError(f"{dn} is required for method={method!r}")
     else:
-        if not isinstance(dp, torch.Tensor) or dp.dim() != 3 or not dp.is_floating_point():
-            raise ValueError("draft_probs must be a float tensor of shape [B, K, V]")
+        check_tensor(dn, dp, kind="float", dims=3)
         if dp.shape[-1] != V:
-            raise ValueError(f"draft_probs vocab size {dp.shape[-1]} != target_probs vocab size {V}")
+            raise ValueError(f"{dn} vocab size {dp.shape[-1]} != {tn} vocab size {V}")
         if dp.shape[:2] != (B, K):
-            raise ValueError(f"draft_probs has shape {tuple(dp.shape)}, expected [B, K, V] = [{B}, {K}, {V}]")
+            raise ValueError(f"{dn} has shape {tuple(dp.shape)}, expected [B, K, V] = [{B}, {K}, {V}]")
     if lengths is None:
         L = torch.full((B,), K, dtype=torch.long, device=tp.device)
     else:
-        if not isinstance(lengths, torch.Tensor) or lengths.shape != (B,) or lengths.dtype.is_floating_point:
-            raise ValueError(f"draft_lengths must be an integer tensor of shape [B] = [{B}]")
+        check_tensor("draft_lengths", lengths, kind="int")
+        if lengths.shape != (B,):
+            raise ValueError(f"draft_lengths must have shape [B] = [{B}], got {tuple(lengths.shape)}")
         L = lengths.long()
         if bool(((L < 0) | (L > K)).any()):
             raise ValueError(f"draft_lengths must lie in [0, K] = [0, {K}], got {L.tolist()}")
     valid = torch.arange(K, device=tp.device) < L[:, None]  # [B, K]
     if bool((((tokens < 0) | (tokens >= V)) & valid).any()):
-        raise ValueError(f"draft_tokens: token id out of range [0, {V}) at a used position")
+        bad = (((tokens < 0) | (tokens >= V)) & valid).nonzero()[0].tolist()
+        raise ValueError(f"draft_tokens: token id {int(tokens[bad[0], bad[1]])} at row {bad[0]}, position "
+                         f"{bad[1]} is out of range [0, {V})")
     return B, K, V, L, valid
+
+
+# ----------------------------------------------------------------------------- candidates and trees
+def _validate_candidates(tp, dp, candidates, scheme, schemes, checks, generator) -> None:
+    """Arguments of ``verify_candidates``: ``tp``/``dp`` [B, V] float, ``candidates`` [B, n] int in
+    [-1, V) (-1 = padding), settings."""
+    check_choice("scheme", scheme, schemes)
+    check_choice("checks", checks, CHECKS)
+    check_tensor("target_probs", tp, kind="float", dims=2, min_last=1)
+    check_generator("generator", generator, tp.device)
+    B, V = tp.shape
+    check_tensor("candidates", candidates, kind="int", dims=2)
+    if candidates.shape[0] != B:
+        raise ValueError(f"candidates has {candidates.shape[0]} rows, expected B = {B} (target_probs is "
+                         f"{list(tp.shape)})")
+    bad = (candidates < -1) | (candidates >= V)
+    if bool(bad.any()):
+        b, s = bad.nonzero()[0].tolist()
+        raise ValueError(f"candidates: token id {int(candidates[b, s])} at row {b}, slot {s} is out of range "
+                         f"[0, {V}) (-1 = padding)")
+    pad = candidates < 0
+    if candidates.shape[1] > 1 and bool((pad[:, :-1] & ~pad[:, 1:]).any()):
+        b = int((pad[:, :-1] & ~pad[:, 1:]).any(1).nonzero()[0])
+        raise ValueError(f"candidates: row {b} = {candidates[b].tolist()} has a candidate after padding; -1 "
+                         "(no candidate) may only be trailing")
+    if dp is None:
+        if scheme != "deterministic":
+            raise ValueError(f"draft_probs is required for scheme={scheme!r}")
+    else:
+        check_tensor("draft_probs", dp, kind="float")
+        if dp.shape != (B, V):
+            raise ValueError(f"draft_probs has shape {tuple(dp.shape)}, expected [B, V] = [{B}, {V}]"
+                             + (" (vocab mismatch)" if dp.dim() and dp.shape[-1] != V else ""))
+
+
+def _int_list_tensor(name: str, x) -> torch.Tensor:
+    """A tensor of integers from an int tensor or nested lists of ints (no bools, floats or strings)."""
+    import torch
+    if isinstance(x, torch.Tensor):
+        check_tensor(name, x, kind="int")
+        return x.long()
+    flat, stack = [], [x]
+    if not isinstance(x, (list, tuple)):
+        raise ArgumentTypeError(f"{name} must be a list of ints or an integer tensor, got {_show(x)}")
+    while stack:
+        v = stack.pop()
+        if isinstance(v, (list, tuple)):
+            stack.extend(v)
+        else:
+            flat.append(v)
+    bad = [v for v in flat if not _is_int(v)]
+    if bad:
+        raise ArgumentTypeError(f"{name} must contain integers only, got {_show(bad[0])} in {_show(x)}")
+    try:
+        return torch.as_tensor(x, dtype=torch.long)
+    except (ValueError, TypeError) as exc:  # ragged nesting
+        raise ValueError(f"{name} must be a rectangular list of ints, got {_show(x)}: {exc}") from None
+
+
+def _validate_tree(parents, tokens) -> tuple[torch.Tensor, torch.Tensor]:
+    """``TokenTree`` fields: parents [N] with -1 <= parents[i] < i, tokens [N] or [B, N] ids >= 0."""
+    import torch
+    parents, tokens = _int_list_tensor("parents", parents), _int_list_tensor("tokens", tokens)
+    if parents.dim() != 1:
+        raise ValueError(f"parents must be 1-d [N], got shape {tuple(parents.shape)}")
+    N = parents.shape[0]
+    bad = (parents < -1) | (parents >= torch.arange(N))
+    if bool(bad.any()):
+        i = int(bad.nonzero()[0])
+        raise ValueError(f"parents[{i}] = {int(parents[i])}: must satisfy -1 <= parents[i] < i (topological "
+                         "order, -1 = child of the root)")
+    if tokens.dim() not in (1, 2) or tokens.shape[-1] != N:
+        raise ValueError(f"tokens must be [N] or [B, N] with N = {N}, got shape {tuple(tokens.shape)}")
+    if tokens.numel() and int(tokens.min()) < 0:
+        raise ValueError(f"tokens must be token ids >= 0, got {int(tokens.min())}")
+    return parents, tokens
+
+
+def _validate_tree_call(tree, tree_cls, tp, dp, scheme, schemes, generator) -> None:
+    """Arguments of ``verify_tree``: tp/dp [B, N+1, V], tree tokens inside the vocabulary."""
+    if not isinstance(tree, tree_cls):
+        raise ArgumentTypeError(f"tree must be a TokenTree, got {_show(tree)}")
+    check_choice("scheme", scheme, schemes)
+    N = tree.num_nodes
+    check_tensor("target_probs", tp, kind="float", dims=3, min_last=1)
+    if tp.shape[1] != N + 1:
+        raise ValueError(f"target_probs must be [B, N+1, V] with N + 1 = {N + 1}, got {tuple(tp.shape)}")
+    check_generator("generator", generator, tp.device)
+    if dp is not None:
+        check_tensor("draft_probs", dp, kind="float")
+        if dp.shape != tp.shape:
+            raise ValueError(f"draft_probs must have the shape of target_probs, {tuple(tp.shape)}, "
+                             f"got {tuple(dp.shape)}")
+    V = tp.shape[-1]
+    if tree.tokens.numel() and int(tree.tokens.max()) >= V:
+        raise ValueError(f"tree.tokens: token id {int(tree.tokens.max())} is outside the vocabulary [0, {V})")
+
+
+def names_sampled_rows(names: str):
+    """Decorator for the verification entry points: a bad row found by ``sample_from_probs`` (reachable
+    with ``checks="none"``) is reported under the caller's argument names, not the sampler's ``probs``."""
+    import functools
+
+    def deco(fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except ValueError as exc:
+                if not str(exc).startswith("probs: "):
+                    raise
+                raise ValueError(f"{names} (a row sampled from): {str(exc)[len('probs: '):]}") from None
+        return wrapper
+    return deco

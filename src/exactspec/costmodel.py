@@ -16,11 +16,12 @@ Two ways to obtain one:
 from __future__ import annotations
 
 import json
-import math
 import os
 import statistics
 import time
 from typing import Any, Iterable, Mapping
+
+from exactspec.checks import ArgumentTypeError, check_generator, check_int, check_real, check_seed
 
 __all__ = ["CostModel"]
 
@@ -44,19 +45,19 @@ class CostModel:
                  t_overhead: float = 0.0, t_draft_cold: float = 0.0):
         t_draft, t_overhead = _seconds(t_draft, "t_draft"), _seconds(t_overhead, "t_overhead")
         t_draft_cold = _seconds(t_draft_cold, "t_draft_cold")
+        if not isinstance(target_times, Mapping):
+            raise ArgumentTypeError(f"target_times must be a mapping {{k: seconds}}, got {target_times!r}")
         if not target_times:
             raise ValueError("target_times must contain at least one (k, seconds) entry")
+        if metadata is not None and not isinstance(metadata, Mapping):
+            raise ArgumentTypeError(f"metadata must be a mapping or None, got {metadata!r}")
         table: dict[int, float] = {}
-        for k, t in dict(target_times).items():
-            try:
-                kf, tf = float(k), float(t)
-            except (TypeError, ValueError) as exc:
-                raise ValueError(f"target_times entries must be (int k, seconds), got {k!r}: {t!r}") from exc
-            if not kf.is_integer() or kf < 1:
-                raise ValueError(f"target_times keys must be integers >= 1, got {k!r}")
-            if not math.isfinite(tf) or tf <= 0:
+        for k, t in target_times.items():
+            kk = check_int(f"target_times key {k!r} (a number of tokens k)", k, min=1)
+            tf = check_real(f"target_times[{k!r}] (seconds)", t, min=0.0)
+            if tf <= 0:
                 raise ValueError(f"target_times[{k!r}] must be a positive number of seconds, got {t!r}")
-            table[int(kf)] = tf
+            table[kk] = tf
         self.t_draft = t_draft
         self.t_overhead = t_overhead
         self.t_draft_cold = t_draft_cold
@@ -76,12 +77,7 @@ class CostModel:
     # ------------------------------------------------------------------------------------ queries
     def t_target(self, k: float) -> float:
         """Seconds for one target forward over k tokens (k >= 1)."""
-        try:
-            kf = float(k)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"k must be a number >= 1, got {k!r}") from exc
-        if math.isnan(kf) or kf < 1:
-            raise ValueError(f"k must be >= 1, got {k!r}")
+        kf = check_real("k", k, min=1.0)
         ks = list(self.target_times)
         ts = list(self.target_times.values())
         if kf <= ks[0]:
@@ -102,8 +98,7 @@ class CostModel:
     def step_time(self, gamma: int) -> float:
         """Seconds of one speculative step: gamma draft steps, one target call over gamma + 1 tokens, and
         the loop's own per-step overhead."""
-        if isinstance(gamma, bool) or not float(gamma).is_integer() or gamma < 0:
-            raise ValueError(f"gamma must be a non-negative integer, got {gamma!r}")
+        gamma = check_int("gamma", gamma, min=0)
         cold = self.t_draft_cold if gamma > 0 else 0.0
         return gamma * self.t_draft + cold + self.t_target(gamma + 1) + self.t_overhead
 
@@ -129,8 +124,10 @@ class CostModel:
         """
         from exactspec.stats import GenerationStats
 
-        if isinstance(stats, (list, tuple)):
+        if isinstance(stats, (list, tuple)) and stats and all(isinstance(x, GenerationStats) for x in stats):
             stats = GenerationStats.merge(stats)
+        if not isinstance(stats, GenerationStats):
+            raise ArgumentTypeError(f"stats must be a GenerationStats or a non-empty list of them, got {stats!r}")
         if not stats.target_calls or not stats.target_positions:
             raise ValueError("calibrate needs the statistics of a run with at least one target call")
         calls = stats.target_calls
@@ -175,11 +172,14 @@ class CostModel:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "CostModel":
         if not isinstance(d, Mapping) or "t_draft" not in d or "target_times" not in d:
-            raise ValueError("cost model dict needs keys 't_draft' and 'target_times'")
+            raise ValueError(f"a cost model dict needs keys 't_draft' and 'target_times', got {_brief(d)}")
+        if d.get("format", _FORMAT) != _FORMAT:
+            raise ValueError(f"cost model format {d['format']!r} is not {_FORMAT!r}")
         if not isinstance(d["target_times"], Mapping):
-            raise ValueError("target_times must be a mapping from k to seconds")
-        return cls(d["t_draft"], d["target_times"], d.get("metadata"), d.get("t_overhead", 0.0),
-                   d.get("t_draft_cold", 0.0))
+            raise ValueError(f"target_times must be a mapping from k to seconds, got {_brief(d['target_times'])}")
+        # JSON object keys are strings: "4" -> 4 here (the constructor itself takes integer keys only).
+        times = {int(k) if isinstance(k, str) and k.strip().isdigit() else k: t for k, t in d["target_times"].items()}
+        return cls(d["t_draft"], times, d.get("metadata"), d.get("t_overhead", 0.0), d.get("t_draft_cold", 0.0))
 
     def save(self, path: str | os.PathLike) -> None:
         with open(path, "w", encoding="utf-8") as fh:
@@ -190,13 +190,13 @@ class CostModel:
         try:
             with open(path, encoding="utf-8") as fh:
                 data = json.load(fh)
-        except (OSError, json.JSONDecodeError) as exc:
+            return cls.from_dict(data)
+        except (OSError, ValueError) as exc:  # json.JSONDecodeError is a ValueError
             raise ValueError(f"cannot read a cost model from {os.fspath(path)!r}: {exc}") from exc
-        return cls.from_dict(data)
 
     # -------------------------------------------------------------------------------- measuring
     @classmethod
-    def measure(cls, target_model, draft_model, *, prompt_len: int = 64,
+    def measure(cls, target_model, draft_model, *, prompt_len: int | None = None,
                 ks: Iterable[int] = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 17), batch_size: int = 1,
                 repeats: int = 7, warmup: int = 2, generator=None, seed: int = 0) -> "CostModel":
         """Time real forward passes of Hugging Face causal LMs with a KV cache (median of ``repeats``).
@@ -205,18 +205,34 @@ class CostModel:
         new tokens on top of that cache and the cache is cropped back (``DynamicCache.crop(-k)`` removes the
         last k entries in transformers 5), so every repeat sees the same context length. ``t_draft`` is one
         1-token step of the draft; ``target_times[k]`` one k-token step of the target. k = 1 is always
-        measured. ``generator`` (a torch.Generator) or ``seed`` fixes the prompt tokens.
+        measured. ``prompt_len`` defaults to 64, less for models whose context cannot hold 64 + max(ks).
+        ``generator`` (a torch.Generator) or ``seed`` fixes the prompt tokens.
         """
         import torch
         from transformers import DynamicCache
 
-        ks = sorted({int(k) for k in ks} | {1})
-        if ks[0] < 1:
-            raise ValueError(f"ks must be integers >= 1, got {ks!r}")
+        from exactspec.decoding import _max_positions
+
+        for name, model in (("target_model", target_model), ("draft_model", draft_model)):
+            if not isinstance(model, torch.nn.Module) or getattr(model, "config", None) is None:
+                raise ArgumentTypeError(f"{name} must be a Hugging Face causal LM (a torch module with a "
+                                        f"config), got {type(model).__name__}")
+        if isinstance(ks, (str, bytes)) or not isinstance(ks, Iterable):
+            raise ArgumentTypeError(f"ks must be a list of integers >= 1, got {ks!r}")
+        ks = sorted({check_int(f"ks entry {k!r}", k, min=1) for k in ks} | {1})
+        limits = [v for v in (_max_positions(target_model), _max_positions(draft_model)) if v is not None]
+        if prompt_len is None:
+            prompt_len = max(1, min([64] + [v - max(ks) for v in limits]))
         for name, v, lo in (("prompt_len", prompt_len, 1), ("batch_size", batch_size, 1),
                             ("repeats", repeats, 1), ("warmup", warmup, 0)):
-            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-                raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
+            check_int(name, v, min=lo)
+        check_generator("generator", generator)
+        check_seed("seed", seed)
+        for name, model in (("target_model", target_model), ("draft_model", draft_model)):
+            limit = _max_positions(model)
+            if limit is not None and prompt_len + max(ks) > limit:
+                raise ValueError(f"prompt_len={prompt_len} + {max(ks)} timed tokens exceeds the {name}'s "
+                                 f"context of {limit} positions")
         if generator is None:
             generator = torch.Generator().manual_seed(seed)
         vocab = min(_vocab_size(target_model), _vocab_size(draft_model))
@@ -261,13 +277,12 @@ class CostModel:
 
 
 def _seconds(v, name: str) -> float:
-    try:
-        v = float(v)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{name} must be a number of seconds, got {v!r}") from exc
-    if not math.isfinite(v) or v < 0:
-        raise ValueError(f"{name} must be a finite non-negative number of seconds, got {v!r}")
-    return v
+    return check_real(f"{name} (seconds)", v, min=0.0)
+
+
+def _brief(x) -> str:
+    s = repr(x)
+    return s if len(s) <= 80 else s[:77] + "..."
 
 
 def _vocab_size(model) -> int:

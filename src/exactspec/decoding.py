@@ -25,6 +25,8 @@ import torch
 import torch.nn.functional as F
 
 from exactspec.cache import SlotCache
+from exactspec.checks import (ArgumentTypeError, check_bool, check_choice, check_int,
+                              check_seed, check_tensor, check_token_ids)
 from exactspec.drafters import DraftModelDrafter, PromptLookupDrafter
 from exactspec.hfconfig import Prefixes, SamplingConfig, SamplingSpec
 from exactspec.policy import AdaptivePolicy, DraftingState, FixedPolicy
@@ -93,6 +95,9 @@ def _check_causal_lm(model, name: str) -> None:
     if not ok:
         raise TypeError(f"{name} must be a transformers causal LM (e.g. from AutoModelForCausalLM), "
                         f"got {type(model).__name__}")
+    if getattr(model.config.get_text_config(), "is_decoder", True) is False:  # BERT-style LM heads
+        raise ValueError(f"{name} ({type(model).__name__}) has config.is_decoder=False: it attends in both "
+                         "directions, so it is not a causal LM (build it with is_decoder=True)")
 
 
 def _max_positions(model) -> int | None:
@@ -146,6 +151,15 @@ class SpeculativeGenerator:
     def __init__(self, target, draft=None, *, drafter=None, cost_model=None, max_gamma: int = 12,
                  calibrate: bool = True, tokenizer=None, draft_tokenizer=None):
         _check_causal_lm(target, "target")
+        max_gamma, calibrate = check_int("max_gamma", max_gamma, min=1), check_bool("calibrate", calibrate)
+        from exactspec.costmodel import CostModel
+
+        if cost_model is not None and not isinstance(cost_model, CostModel):
+            raise ArgumentTypeError(f"cost_model must be a CostModel or None, got {cost_model!r}")
+        if drafter is not None and not isinstance(drafter, str) and not all(
+                callable(getattr(drafter, m, None)) for m in ("start", "propose", "update", "select_rows")):
+            raise ArgumentTypeError(f"drafter must be 'prompt_lookup' or a drafter object (start, propose, "
+                                    f"update, select_rows), got {drafter!r}")
         if tokenizer is not None and draft_tokenizer is not None:
             self.check_tokenizers(tokenizer, draft_tokenizer)
         if draft is not None and drafter is not None:
@@ -164,8 +178,6 @@ class SpeculativeGenerator:
                 raise ValueError(f"{name} is in training mode (dropout active); call {name}.eval() first")
         if drafter is None:
             raise ValueError("a draft model or a drafter is required (draft=... or drafter='prompt_lookup')")
-        if isinstance(max_gamma, bool) or not isinstance(max_gamma, int) or max_gamma < 1:
-            raise ValueError(f"max_gamma must be an integer >= 1, got {max_gamma!r}")
         self.target, self.draft, self.drafter = target, draft, drafter
         self.cost_model, self.max_gamma, self.calibrate = cost_model, max_gamma, bool(calibrate)
         # What gamma="auto" learnt in earlier runs of this generator, per sampling setting and rule: the
@@ -176,6 +188,9 @@ class SpeculativeGenerator:
     @staticmethod
     def check_tokenizers(tokenizer, draft_tokenizer) -> None:
         """Raise ValueError unless both tokenizers map every token string to the same id."""
+        for name, tok in (("tokenizer", tokenizer), ("draft_tokenizer", draft_tokenizer)):
+            if not callable(getattr(tok, "get_vocab", None)):
+                raise ArgumentTypeError(f"{name} must be a transformers tokenizer, got {tok!r}")
         a, b = tokenizer.get_vocab(), draft_tokenizer.get_vocab()
         diff = [t for t in a.keys() | b.keys() if a.get(t) != b.get(t)]
         if diff:
@@ -228,13 +243,18 @@ class SpeculativeGenerator:
     # ------------------------------------------------------------------------------ validation
     def _check_args(self, input_ids, attention_mask, max_new_tokens, sampling, generation_config, gamma,
                     method, eos_token_id, pad_token_id, seed) -> dict:
-        if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.shape[1] < 1 \
-                or input_ids.dtype not in (torch.int64, torch.int32):
-            raise ValueError("input_ids must be an integer tensor of shape [batch, prompt_len >= 1]")
+        check_tensor("input_ids", input_ids, kind="int", dims=2)
+        if input_ids.shape[0] < 1 or input_ids.shape[1] < 1 or input_ids.dtype not in (torch.int64, torch.int32):
+            raise ValueError(f"input_ids must be an int64/int32 tensor of shape [batch >= 1, prompt_len >= 1], "
+                             f"got {input_ids.dtype} {tuple(input_ids.shape)}")
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
-        if not isinstance(attention_mask, torch.Tensor) or attention_mask.shape != input_ids.shape:
-            raise ValueError(f"attention_mask must have the shape of input_ids {tuple(input_ids.shape)}")
+        check_tensor("attention_mask", attention_mask)
+        if attention_mask.shape != input_ids.shape:
+            raise ValueError(f"attention_mask must have the shape of input_ids {tuple(input_ids.shape)}, "
+                             f"got {tuple(attention_mask.shape)}")
+        if not bool(((attention_mask == 0) | (attention_mask == 1)).all()):
+            raise ValueError("attention_mask must hold only 0 (padding) and 1 (real token)")
         n_embed = self.target.get_input_embeddings().num_embeddings
         real = input_ids[attention_mask.bool()]
         if real.numel() and (int(real.min()) < 0 or int(real.max()) >= n_embed):
@@ -242,14 +262,20 @@ class SpeculativeGenerator:
                              f"got ids in [{int(real.min())}, {int(real.max())}]")
         if not bool((attention_mask[:, -1] != 0).all()):
             raise ValueError("attention_mask: prompts must be left-padded (last column real for every row)")
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
-        if method not in METHODS:
-            raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-        if not (gamma == "auto" or (isinstance(gamma, int) and not isinstance(gamma, bool) and gamma >= 1)):
-            raise ValueError(f"gamma must be an integer >= 1 or 'auto', got {gamma!r}")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise ValueError(f"seed must be an integer or None, got {seed!r}")
+        max_new_tokens = check_int("max_new_tokens", max_new_tokens, min=0)
+        # Sampling settings (None = from the generation_config) are validated by SamplingConfig below.
+        check_choice("method", method, METHODS)
+        if not (isinstance(gamma, str) and gamma == "auto"):
+            try:
+                gamma = check_int("gamma", gamma, min=1)
+            except ValueError as exc:  # (ArgumentTypeError is one too) name the other valid value
+                raise type(exc)(f"{exc} (or 'auto')") from None
+        seed = check_seed("seed", seed)
+        vocab = self.target.get_output_embeddings().weight.shape[0]
+        if eos_token_id is not None:
+            check_token_ids("eos_token_id", eos_token_id, vocab)
+        if pad_token_id is not None:
+            check_int("pad_token_id", pad_token_id, min=0, max=vocab - 1)
         prompt_len = int(attention_mask.sum(1).max())
         models = [("target", self.target)] + ([("draft", self.draft)] if self.draft is not None else [])
         for name, model in models:

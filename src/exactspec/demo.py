@@ -30,6 +30,10 @@ def load_demo_pair(dtype=None, device: str = "cpu"):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from exactspec.checks import check_device, check_float_dtype
+
+    check_device("device", device)
+    check_float_dtype("dtype", dtype)
     _require_pair()
     dtype = dtype or torch.float32
     models = [AutoModelForCausalLM.from_pretrained(PAIR_DIR / name, dtype=dtype, local_files_only=True)
@@ -49,8 +53,11 @@ def load_pair(target: str | None = None, draft: str | None = None, dtype=None, d
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from exactspec.checks import check_device, check_float_dtype
     from exactspec.decoding import SpeculativeGenerator
 
+    check_device("device", device)
+    check_float_dtype("dtype", dtype)
     if target is None:
         if draft is not None:
             raise ValueError("--draft needs --target (or give neither for the demo pair)")

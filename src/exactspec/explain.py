@@ -11,6 +11,7 @@ Pure Python floats (no torch): the command must start fast.
 from __future__ import annotations
 
 import math
+import numbers
 
 __all__ = ["parse_distribution", "explain_position", "render"]
 
@@ -45,7 +46,7 @@ def explain_position(target: list[float], draft: list[float], labels: list[str] 
     ``accept_prob[x]`` is ``None`` where q(x) = 0 (the token is never drafted; min(1, p/q) undefined).
     ``residual`` is the unnormalised max(0, p - q); ``residual_mass`` is Z = sum of it.
     """
-    p, q = list(map(float, target)), list(map(float, draft))
+    p, q = _dist(target, "target"), _dist(draft, "draft")
     if len(p) != len(q):
         raise ValueError(f"--target has {len(p)} entries but --draft has {len(q)}")
     labels = list(labels) if labels is not None else [str(i) for i in range(len(p))]
@@ -71,6 +72,19 @@ def explain_position(target: list[float], draft: list[float], labels: list[str] 
         "via_reject": via_reject,
         "output": [a + r for a, r in zip(via_accept, via_reject)],
     }
+
+
+def _dist(x, name: str) -> list[float]:
+    """A probability vector of plain numbers (no str / bool coercion): finite, >= 0, summing to 1."""
+    if isinstance(x, (str, bytes)) or not hasattr(x, "__iter__"):
+        raise TypeError(f"{name} must be a list of probabilities, got {x!r}")
+    vals = list(x)
+    if any(isinstance(v, bool) or not isinstance(v, numbers.Real) for v in vals):
+        raise TypeError(f"{name} must contain numbers only, got {x!r}")
+    vals = [float(v) for v in vals]
+    if not vals or any(not math.isfinite(v) or v < 0 for v in vals) or abs(sum(vals) - 1.0) > _TOL:
+        raise ValueError(f"{name} must be a non-empty probability vector (finite, >= 0, summing to 1), got {x!r}")
+    return vals
 
 
 def _f(x) -> str:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from exactspec.checks import (METHODS, _check_full, _check_gathered, _check_rows, _row_sums, _to32, _tol,
-                              _validate_shapes)
+                              _validate_shapes, names_sampled_rows)
 from exactspec.sampling import _one_thread, sample_from_probs
 
 __all__ = [
@@ -221,6 +221,7 @@ def _block_masses(tp, dp, w, checks) -> tuple[torch.Tensor, torch.Tensor]:
     return -diff.clamp_(max=0.0).sum(-1), s
 
 
+@names_sampled_rows("target_probs/draft_probs")
 def verify(
     target_probs: torch.Tensor,  # [B, K+1, V]
     draft_probs: torch.Tensor | None,  # [B, K, V]
@@ -248,13 +249,16 @@ def verify(
         checks: ``"rule"`` (default) validates what the rule reads: shapes, token range, the gathered
             ``p_i(x_i)``, ``q_i(x_i)`` (q = 0 for a drafted token is an error), every row it samples from
             (NaN/inf, negative entries, row sums), and for "block" each row pair its masses Z_i read,
-            through ``sum(q_i) - w_i sum(p_i) = 1 - w_i`` and NaN/inf propagating into Z_i;
-            ``"full"`` also scans every used row element by element; ``"none"`` only checks shapes.
+            through ``sum(q_i) - w_i sum(p_i) = 1 - w_i`` and NaN/inf propagating into Z_i. Elements the
+            rule never reads are not scanned (the verdict is exact for any valid rows agreeing on what
+            was read); ``"full"`` also scans every used row element by element (one more pass over both
+            tensors); ``"none"`` only checks shapes.
 
-    fp16/bf16 inputs are computed in fp32. Raises ValueError naming the offending argument.
+    fp16/bf16 inputs are computed in fp32. Raises ValueError naming the offending argument (a wrong type:
+    ``checks.ArgumentTypeError``, a TypeError that is also a ValueError).
     """
     tp, dp = target_probs, draft_probs
-    B, K, V, L, valid = _validate_shapes(tp, dp, draft_tokens, draft_lengths, method, checks)
+    B, K, V, L, valid = _validate_shapes(tp, dp, draft_tokens, draft_lengths, method, checks, generator)
     if checks == "full":
         _check_full(tp, dp, valid, L)
     if K == 0:  # nothing drafted: plain sampling from the target
@@ -321,6 +325,7 @@ def verify(
     return Verdict(tau, nxt, h)
 
 
+@names_sampled_rows("target_logits/draft_logits")
 def verify_logits(
     target_logits: torch.Tensor,  # [B, K+1, V]
     draft_logits: torch.Tensor | None,  # [B, K, V]
@@ -345,19 +350,29 @@ def verify_logits(
     probabilities. "block" and "greedy" read every position, so they compute everything and call
     :func:`verify`.
     """
-    from exactspec.sampling import probs_from_logits
+    from exactspec.sampling import _check_args, probs_from_logits
 
-    def probs(x):
-        return probs_from_logits(x, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
+    def probs(x, name="target_logits or draft_logits"):
+        try:
+            return probs_from_logits(x, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
+        except ValueError as exc:  # only NaN / +inf / all -inf rows get here (settings are checked first)
+            raise ValueError(f"{name}: {exc}") from None
 
-    if method != "token":
-        if method not in METHODS:
-            raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-        dp = None if draft_logits is None else probs(draft_logits)
-        return verify(probs(target_logits), dp, draft_tokens, method=method, draft_lengths=draft_lengths,
-                      generator=generator, checks=checks)
     tl, dl = target_logits, draft_logits
-    B, K, V, L, valid = _validate_shapes(tl, dl, draft_tokens, draft_lengths, method, checks)
+    # Errors name the logits arguments (these are what the caller passed), before any softmax is spent.
+    _check_args(temperature, top_k, top_p, min_p)
+    B, K, V, L, valid = _validate_shapes(tl, dl, draft_tokens, draft_lengths, method, checks, generator,
+                                         names=("target_logits", "draft_logits"))
+    if method != "token":
+        try:
+            dp = None if dl is None else probs(dl, "draft_logits")
+            return verify(probs(tl, "target_logits"), dp, draft_tokens, method=method, draft_lengths=draft_lengths,
+                          generator=generator, checks=checks)
+        except ValueError as exc:  # say which logits argument, after the transform
+            msg = str(exc)
+            for a, b in (("target_probs", "target_logits"), ("draft_probs", "draft_logits")):
+                msg = msg.replace(a, f"{b} (after the sampling transform)")
+            raise ValueError(msg) from None
     dev = tl.device
     tok = draft_tokens.long().masked_fill(~valid, 0)
     workers = torch.get_num_threads()

@@ -18,25 +18,23 @@ probabilities are ranked by *lower token id first*. Hence
 """
 from __future__ import annotations
 
-import math
 from contextlib import contextmanager
 
 import torch
 
+from exactspec.checks import check_generator, check_int, check_prob, check_real, check_tensor
+
 __all__ = ["probs_from_logits", "sample_from_probs", "sample_from_cdf"]
 
 
+_TINY_TEMPERATURE = 1e-20  # below it, every fp32 logit gap / T is beyond float range
+
+
 def _check_args(temperature, top_k, top_p, min_p) -> None:
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not (
-        math.isfinite(temperature) and temperature >= 0
-    ):
-        raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
-        raise ValueError(f"top_k must be an int >= 0 (0 disables it), got {top_k!r}")
-    if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not (0.0 <= top_p <= 1.0):
-        raise ValueError(f"top_p must be a number in [0, 1] (1 disables it), got {top_p!r}")
-    if isinstance(min_p, bool) or not isinstance(min_p, (int, float)) or not (0.0 <= min_p <= 1.0):
-        raise ValueError(f"min_p must be a number in [0, 1] (0 disables it), got {min_p!r}")
+    check_real("temperature", temperature, min=0.0)
+    check_int("top_k", top_k, min=0)
+    check_prob("top_p", top_p)
+    check_prob("min_p", min_p)
 
 
 def _top_k_mask(scores: torch.Tensor, k: int) -> torch.Tensor:
@@ -69,7 +67,8 @@ def probs_from_logits(
 
     Args:
         logits: ``[..., V]`` any float dtype; computed in fp32.
-        temperature: ``>= 0``; ``0`` gives the one-hot argmax (lowest id among ties).
+        temperature: ``>= 0``; ``0`` gives the one-hot argmax (lowest id among ties); ``0 < T < 1e-20``
+            the T -> 0+ limit (uniform over tied maxima; one-hot without ties).
         top_k: ``0`` disables; ``top_k >= V`` keeps everything.
         top_p: in ``[0, 1]``; ``1`` disables, ``0`` keeps only the top token.
         min_p: in ``[0, 1]``; ``0`` disables.
@@ -79,10 +78,8 @@ def probs_from_logits(
         or made only of -inf (its distribution is undefined).
     """
     _check_args(temperature, top_k, top_p, min_p)
-    if not isinstance(logits, torch.Tensor) or logits.dim() < 1 or logits.shape[-1] < 1:
-        raise ValueError("logits must be a tensor of shape [..., V] with V >= 1")
-    if not logits.is_floating_point():
-        raise ValueError(f"logits must be a floating-point tensor, got {logits.dtype}")
+    check_tensor("logits", logits, kind="float", min_last=1)
+    temperature, top_k, top_p, min_p = float(temperature), int(top_k), float(top_p), float(min_p)
     V = logits.shape[-1]
     if temperature == 0:
         idx = logits.argmax(-1, keepdim=True)
@@ -93,7 +90,11 @@ def probs_from_logits(
             raise ValueError("logits contain NaN or inf in a row (temperature=0 argmax undefined)")
         return out
     scores = logits.float()
-    if temperature != 1.0:
+    if temperature < _TINY_TEMPERATURE:
+        # logits / T overflows (inf - inf = NaN in the softmax); the T -> 0+ limit is uniform over the
+        # row's maximal logits, which is what these scores give (ties are as good as exact at such T).
+        scores = torch.where(scores == scores.amax(-1, keepdim=True), 0.0, float("-inf"))
+    elif temperature != 1.0:
         scores = scores / temperature
     if 0 < top_k < V:
         scores = scores.masked_fill(~_top_k_mask(scores, top_k), float("-inf"))
@@ -137,18 +138,41 @@ def sample_from_probs(
     """Draw one token per row by inverse CDF with exactly one uniform per row.
 
     Rows need not be normalised (the uniform is scaled by the row total), which lets callers sample a
-    residual ``max(p - q, 0)`` without dividing. A token with probability 0 is never returned. Rows must
-    have positive total mass (the caller validates).
+    residual ``max(p - q, 0)`` without dividing. A token with probability 0 is never returned.
+
+    Raises ValueError naming ``probs`` for a row with a negative entry, NaN / inf, or no mass (all zero):
+    checked on every call (one ``amin`` pass, ~40% of the sampler's own time, measured), since such a
+    row would otherwise return a token it gives no probability. TypeError for a non-float tensor or a
+    ``generator`` that is not a ``torch.Generator``.
 
     Large rows are searched in two levels: the uniform first picks a block of ``_BLOCK`` tokens from the
     block sums (one vectorised reduction instead of a full-row cumulative sum), then a token inside that
     block from the block's own cumulative sum (float64). Block sums are fp32 sums of 256 values, so
     token probabilities are reproduced up to ~1e-7 relative.
     """
-    if probs.dim() < 1 or probs.shape[-1] < 1:
-        raise ValueError("probs must have shape [..., V] with V >= 1")
+    check_tensor("probs", probs, kind="float", min_last=1)
+    check_generator("generator", generator, probs.device)
     with _one_thread():  # one light pass over the rows: fork/join would cost more than it saves
+        _check_mass(probs)
         return _sample(probs, generator)
+
+
+def _check_mass(probs: torch.Tensor) -> None:
+    """No negative or NaN entry in any row [..., V] (one amin pass; NaN propagates into it). Rows of
+    zero or infinite total are caught by :func:`_check_total` from the sums the sampler computes anyway."""
+    if probs.numel() and not bool((probs.reshape(-1, probs.shape[-1]).amin(-1) >= 0).all()):
+        lo = probs.reshape(-1, probs.shape[-1]).amin(-1)
+        r = int((~(lo >= 0)).nonzero()[0])
+        raise ValueError(f"probs: row {r} has a {'NaN' if lo[r].isnan() else 'negative'} entry; every row "
+                         "must be non-negative with a positive finite total")
+
+
+def _check_total(total: torch.Tensor) -> None:  # [N] or [N, 1] float64 row totals
+    bad = ~(total > 0) | ~torch.isfinite(total)
+    if bool(bad.any()):
+        r = int(bad.reshape(-1).nonzero()[0])
+        raise ValueError(f"probs: row {r} has total mass {float(total.reshape(-1)[r])} (all zero or inf); "
+                         "every row must be non-negative with a positive finite total")
 
 
 def _sample(probs: torch.Tensor, generator) -> torch.Tensor:
@@ -157,7 +181,9 @@ def _sample(probs: torch.Tensor, generator) -> torch.Tensor:
     if flat.shape[0] == 0:
         return torch.zeros(lead, dtype=torch.long, device=probs.device)
     if V <= 4 * _BLOCK:
-        return sample_from_cdf(torch.cumsum(flat, -1, dtype=torch.float64), generator).reshape(lead)
+        cdf = torch.cumsum(flat, -1, dtype=torch.float64)
+        _check_total(cdf[:, -1])
+        return sample_from_cdf(cdf, generator).reshape(lead)
     if flat.stride(-1) != 1:
         flat = flat.contiguous()
     N, nb_full = flat.shape[0], V // _BLOCK
@@ -169,6 +195,7 @@ def _sample(probs: torch.Tensor, generator) -> torch.Tensor:
     bsum = bsum.double()
     bcdf = bsum.cumsum(-1)  # [N, nb]
     total = bcdf[:, -1:]
+    _check_total(total)
     u = torch.rand(N, 1, generator=generator, dtype=torch.float64, device=flat.device) * total
     # u < total strictly, so the first block whose CDF exceeds u has positive mass.
     u = torch.minimum(u, total * (1.0 - 1e-12))

@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from exactspec.checks import ArgumentTypeError, check_int, check_real
+
 __all__ = [
     "acceptance_rate",
     "expected_tokens",
@@ -40,17 +42,47 @@ __all__ = [
 # Horizon used for the supremum over gamma when the cost is a measured CostModel: beyond the measured
 # table T_target(k) is only extrapolated, so a sup over an infinite range would be an artefact.
 COSTMODEL_HORIZON = 256
+# Largest gamma scanned element by element (optimal_gamma's max_gamma, a CostModel horizon): 2**20 floats.
+MAX_SCAN = 1 << 20
+# Beyond this many positions past the given rates, E(gamma) uses the geometric closed form of the tail
+# (walltime_speedup(.8, 10**15, .1) must not allocate 10**15 floats).
+_CLOSED_FORM_AFTER = 1 << 16
 
 
 # ----------------------------------------------------------------------------------------- validation
 def _to_numpy(x: Any, name: str) -> np.ndarray:
+    """Numbers (Python, numpy or torch; nested lists of them) as float64, with nothing coerced: strings,
+    bools, None, complex numbers and objects are a TypeError naming ``name``."""
     if hasattr(x, "detach"):  # torch tensor, without importing torch
+        if x.dtype.is_complex or str(x.dtype) == "torch.bool":
+            raise ArgumentTypeError(f"{name} must hold real numbers, got a {x.dtype} tensor")
         x = x.detach().cpu().double().numpy()
-    try:
-        arr = np.asarray(x, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{name} must be a number or an array of numbers, got {x!r}") from exc
-    return arr
+    if isinstance(x, np.ndarray):
+        arr = x
+    else:
+        flat, stack = [], [x]
+        while stack:
+            v = stack.pop()
+            if isinstance(v, (list, tuple)):
+                stack.extend(v)
+            else:
+                flat.append(v)
+        bad = [v for v in flat if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.number))
+               or isinstance(v, (complex, np.complexfloating))]
+        if bad:
+            raise ArgumentTypeError(f"{name} must be a number or an array of numbers, got {_show(x)}")
+        try:
+            arr = np.asarray(x, dtype=np.float64)
+        except (TypeError, ValueError) as exc:  # ragged nesting
+            raise ValueError(f"{name} must be a number or a rectangular array of numbers, got {_show(x)}") from exc
+    if arr.dtype.kind not in "iuf":
+        raise ArgumentTypeError(f"{name} must hold real numbers, got an array of dtype {arr.dtype}")
+    return arr.astype(np.float64, copy=False)
+
+
+def _show(x) -> str:
+    s = repr(x)
+    return s if len(s) <= 80 else s[:77] + "..."
 
 
 def _check_alpha(alpha: Any, name: str = "alpha") -> np.ndarray:
@@ -61,34 +93,25 @@ def _check_alpha(alpha: Any, name: str = "alpha") -> np.ndarray:
     if arr.shape[-1] == 0:
         raise ValueError(f"{name} must not be empty")
     if np.isnan(arr).any():
-        raise ValueError(f"{name} must not be NaN")
+        raise ValueError(f"{name} must not be NaN, got {_show(alpha)}")
     if (arr < 0).any() or (arr > 1).any():
         raise ValueError(f"{name} must lie in [0, 1], got {alpha!r}")
     return arr
 
 
 def _check_gamma(gamma: Any, name: str = "gamma") -> int:
-    if isinstance(gamma, bool) or not isinstance(gamma, (int, np.integer)):
-        if isinstance(gamma, float) and gamma.is_integer():
-            gamma = int(gamma)
-        else:
-            raise ValueError(f"{name} must be a non-negative integer, got {gamma!r}")
-    if gamma < 0:
-        raise ValueError(f"{name} must be a non-negative integer, got {gamma!r}")
-    return int(gamma)
+    return check_int(name, gamma, min=0)
 
 
 def _check_cost(cost: Any, name: str = "cost"):
-    """A non-negative finite float, or a CostModel (duck-typed: has t_target and t_draft)."""
-    if hasattr(cost, "t_target") and hasattr(cost, "t_draft"):
+    """A finite number >= 0 (as a float), or a CostModel."""
+    from exactspec.costmodel import CostModel
+
+    if isinstance(cost, CostModel):
         return cost
-    try:
-        c = float(cost)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{name} must be a non-negative number or a CostModel, got {cost!r}") from exc
-    if math.isnan(c) or c < 0 or math.isinf(c):
-        raise ValueError(f"{name} must be a finite non-negative number, got {cost!r}")
-    return c
+    if isinstance(cost, (int, float, np.number)) and not isinstance(cost, (bool, np.bool_)):
+        return check_real(name, cost, min=0.0)
+    raise ArgumentTypeError(f"{name} must be a number >= 0 or a CostModel, got {_show(cost)}")
 
 
 def _out(x: np.ndarray):
@@ -115,17 +138,34 @@ def acceptance_rate(p, q):
     if hasattr(p, "detach") or hasattr(q, "detach"):
         import torch
 
-        p_t = torch.as_tensor(p)
-        q_t = torch.as_tensor(q, dtype=p_t.dtype, device=p_t.device)
-        if torch.isnan(p_t).any() or torch.isnan(q_t).any():
-            raise ValueError("p and q must not contain NaN")
+        for name, x in (("p", p), ("q", q)):
+            if hasattr(x, "detach") and not x.is_floating_point():
+                raise ArgumentTypeError(f"{name} must be a floating-point tensor, got {x.dtype}")
+        p_t = p if hasattr(p, "detach") else torch.as_tensor(_to_numpy(p, "p"))
+        q_t = torch.as_tensor(q if hasattr(q, "detach") else _to_numpy(q, "q"), dtype=p_t.dtype,
+                              device=p_t.device)
+        tol = 2e-2 if p_t.dtype in (torch.float16, torch.bfloat16) else 1e-3
+        _check_dists(p_t.double().cpu().numpy(), q_t.double().cpu().numpy(), tol)
         return torch.minimum(p_t, q_t).sum(dim=-1)  # [...]
     p_a, q_a = _to_numpy(p, "p"), _to_numpy(q, "q")
-    if p_a.ndim == 0 or q_a.ndim == 0:
-        raise ValueError("p and q must have a last (vocabulary) dimension")
-    if np.isnan(p_a).any() or np.isnan(q_a).any():
-        raise ValueError("p and q must not contain NaN")
+    _check_dists(p_a, q_a, 1e-3)
     return _out(np.minimum(p_a, q_a).sum(axis=-1))
+
+
+def _check_dists(p: np.ndarray, q: np.ndarray, tol: float) -> None:
+    """p and q: broadcastable [..., V] rows that are probability distributions (finite, >= 0, sum 1)."""
+    try:
+        np.broadcast_shapes(p.shape, q.shape)
+    except ValueError:
+        raise ValueError(f"p and q must be broadcastable [..., V], got shapes {p.shape} and {q.shape}") from None
+    for name, x in (("p", p), ("q", q)):
+        if x.ndim == 0 or x.shape[-1] == 0:
+            raise ValueError(f"{name} must have a non-empty last (vocabulary) dimension, got shape {x.shape}")
+        if not np.isfinite(x).all() or (x < 0).any():
+            raise ValueError(f"{name} must be finite and non-negative, got {_show(x.tolist())}")
+        sums = x.sum(-1)
+        if (np.abs(sums - 1.0) > tol).any():
+            raise ValueError(f"{name} rows must sum to 1, got sums {_show(np.atleast_1d(sums).tolist())}")
 
 
 def _expected_tokens_array(alpha: np.ndarray, gamma: int) -> np.ndarray:
@@ -133,7 +173,16 @@ def _expected_tokens_array(alpha: np.ndarray, gamma: int) -> np.ndarray:
     # (1 - a^(g+1))/(1 - a)) avoids the 0/0 at a = 1 and cancellation just below it.
     if gamma == 0:
         return np.ones(alpha.shape[:-1])
-    return 1.0 + np.cumprod(_positions(alpha, gamma), axis=-1).sum(axis=-1)
+    L = alpha.shape[-1]
+    if gamma <= L + _CLOSED_FORM_AFTER:
+        return 1.0 + np.cumprod(_positions(alpha, gamma), axis=-1).sum(axis=-1)
+    # The last rate t repeats for the m = gamma - L positions after the given ones: their terms are
+    # P_L t^j, j = 1..m, a geometric sum t (1 - t^m) / (1 - t) (m at t = 1), computed with expm1.
+    head = np.cumprod(alpha, axis=-1)  # [..., L]
+    P, t, m = head[..., -1], alpha[..., -1], float(gamma - L)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        geo = np.where(t >= 1.0, m, t * -np.expm1(m * np.log(t)) / (1.0 - t))
+    return 1.0 + head.sum(axis=-1) + P * geo
 
 
 def expected_tokens(alpha, gamma: int):
@@ -186,7 +235,7 @@ def mixed_length_speedup(alpha, length_counts, cost) -> float:
 
 def _mixed_step(a: np.ndarray, length_counts, c):
     """(expected tokens per step, mean step time in units of T_target(1)) over the drafted lengths."""
-    counts = np.asarray(length_counts, dtype=float)
+    counts = _to_numpy(length_counts, "length_counts")
     if counts.ndim != 1 or counts.size == 0 or (counts < 0).any() or not np.isfinite(counts).all() \
             or counts.sum() <= 0:
         raise ValueError(f"length_counts must be a non-empty list of counts >= 0 with a positive sum, "
@@ -215,11 +264,9 @@ def end_to_end_speedup(alpha, length_counts, cost, n_tokens: int, prefill_plain:
     c = _check_cost(cost)
     if isinstance(c, float):
         raise ValueError("end_to_end_speedup needs a CostModel (seconds), not a cost ratio")
-    if isinstance(n_tokens, bool) or not isinstance(n_tokens, int) or n_tokens < 1:
-        raise ValueError(f"n_tokens must be an integer >= 1, got {n_tokens!r}")
-    for name, v in (("prefill_plain", prefill_plain), ("prefill_spec", prefill_spec)):
-        if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
-            raise ValueError(f"{name} must be a finite number of seconds >= 0, got {v!r}")
+    check_int("n_tokens", n_tokens, min=1)
+    prefill_plain = check_real("prefill_plain", prefill_plain, min=0.0)
+    prefill_spec = check_real("prefill_spec", prefill_spec, min=0.0)
     tokens, time = _mixed_step(a, length_counts, c)
     t1 = c.t_target(1)
     steps = n_tokens / tokens if batch_size == 1 else batch_steps(a, length_counts, n_tokens, batch_size)
@@ -278,9 +325,7 @@ def ops_factor(alpha, gamma: int, ops_cost: float):
     """
     a = _check_alpha(alpha)
     g = _check_gamma(gamma)
-    c_hat = _check_cost(ops_cost, "ops_cost")
-    if not isinstance(c_hat, float):
-        raise ValueError("ops_cost must be a number (operations ratio), not a CostModel")
+    c_hat = check_real("ops_cost", ops_cost, min=0.0)
     return _out((g * c_hat + g + 1.0) / _expected_tokens_array(a, g))
 
 
@@ -309,9 +354,7 @@ def optimal_gamma(alpha, cost, max_gamma: int = 64) -> tuple[int, float]:
     """
     a = _check_single(alpha)
     c = _check_cost(cost)
-    gmax = _check_gamma(max_gamma, "max_gamma")
-    if gmax < 1:
-        raise ValueError(f"max_gamma must be >= 1, got {max_gamma!r}")
+    gmax = check_int("max_gamma", max_gamma, min=1, max=MAX_SCAN)
     s = _speedups(a, c, gmax)
     # Smallest gamma within rounding of the maximum: with c = 0 and E saturated in float64, later gammas
     # "win" by an ulp, and drafting 40 tokens for a 1e-16 gain is not an optimum anyone wants.
@@ -333,8 +376,8 @@ def speedup_limit(alpha, cost, horizon: int | None = None) -> float:
     a = _check_single(alpha)
     c = _check_cost(cost)
     if not isinstance(c, float):
-        h = COSTMODEL_HORIZON if horizon is None else _check_gamma(horizon, "horizon")
-        return optimal_gamma(a, c, max(h, 1))[1]
+        h = COSTMODEL_HORIZON if horizon is None else check_int("horizon", horizon, min=1, max=MAX_SCAN)
+        return optimal_gamma(a, c, h)[1]
     L = a.shape[-1]
     tail = float(a[-1])
     P = float(np.prod(a))  # probability that all L given positions are accepted

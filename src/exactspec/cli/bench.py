@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import argparse
 
+from exactspec.cli import SEED, check_in_file, integer, real
+
 
 def register(sub) -> None:
     p = sub.add_parser("bench", help="benchmark exactspec against target alone and HF assisted generation",
@@ -12,19 +14,19 @@ def register(sub) -> None:
     p.add_argument("--prompts", help="prompt file: JSON (a list, or {\"prompts\": [...]}) or text with one prompt "
                    "per blank-line-separated block (default: the demo pair's held-out prompts); e.g. "
                    "benchmarks/prompts/unseen_code.json, the hand-written unseen set")
-    p.add_argument("--num-prompts", type=int, default=4, help="how many prompts to use (default 4)")
-    p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--num-prompts", type=integer(1), default=4, help="how many prompts to use (default 4)")
+    p.add_argument("--max-new-tokens", type=integer(1), default=64)
+    p.add_argument("--temperature", type=real(0), default=0.0)
     p.add_argument("--gamma", default="4", help="draft length N or 'auto' of the HF assisted, block and prompt "
                    "lookup systems (default 4)")
     p.add_argument("--gammas", help="fixed draft lengths of the token rule, e.g. 1,2,3,4,6,8 (default: --gamma); "
                    "the report puts the best of them beside gamma=auto")
-    p.add_argument("--batch-size", type=int, default=1)
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    p.add_argument("--batch-size", type=integer(1), default=1)
+    p.add_argument("--repeats", type=integer(1), default=3)
+    p.add_argument("--threads", type=integer(1), default=2, help="torch threads (default 2)")
     p.add_argument("--systems", help="comma-separated substrings selecting systems (default: all)")
     p.add_argument("--out", default="bench-out", help="directory for bench.json, bench.md and plots")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=SEED, default=0)
     p.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
     p.set_defaults(func=run)
 
@@ -48,6 +50,29 @@ def _load(args: argparse.Namespace):
     return load_pair(args.target, args.draft)
 
 
+def _check_out_dir(out: str) -> None:
+    """--out must be a directory or creatable as one: its first existing ancestor is a directory."""
+    import os
+
+    path = os.path.abspath(out)
+    while not os.path.exists(path):
+        path = os.path.dirname(path)
+    if not os.path.isdir(path):
+        raise ValueError(f"--out: {out!r} cannot be a directory ({path!r} is a file)")
+
+
+def _check_systems(systems: str | None, gamma_n: int, gammas) -> None:
+    """Every --systems entry must select some system (names as exactspec.bench.build_systems makes them)."""
+    from exactspec.bench import system_names
+
+    if systems is None:
+        return
+    names = system_names(gamma_n, gammas)
+    for s in systems.split(","):
+        if not s.strip() or not any(s.lower() in n.lower() for n in names):
+            raise ValueError(f"--systems: {s!r} selects no system; systems are: {'; '.join(names)}")
+
+
 def run(args: argparse.Namespace) -> int:
     import json
 
@@ -61,8 +86,14 @@ def run(args: argparse.Namespace) -> int:
     from exactspec.demo import demo_prompts
     from exactspec.report import bench_markdown, write_bench
 
-    if args.repeats < 1 or args.max_new_tokens < 1 or args.batch_size < 1 or args.num_prompts < 1:
-        raise ValueError("--repeats, --max-new-tokens, --batch-size and --num-prompts must be >= 1")
+    gamma, gammas = parse_gamma(args.gamma), _gammas(args.gammas)
+    _check_out_dir(args.out)
+    _check_systems(args.systems, gamma if isinstance(gamma, int) else 4, gammas)
+    if args.prompts:  # read (and checked) before any model loads
+        check_in_file("--prompts", args.prompts)
+    prompts = load_prompts(args.prompts) if args.prompts else demo_prompts()
+    if (args.target is None) != (args.draft is None):
+        raise ValueError("give both --target and --draft, or neither (the shipped demo pair)")
     torch.set_num_threads(args.threads)
     from transformers.utils import logging as hf_logging
 
@@ -70,11 +101,10 @@ def run(args: argparse.Namespace) -> int:
     # transformers' assisted generation warns about the arguments it passes itself; not the user's concern.
     hf_logging.set_verbosity_error()
     target, draft, tokenizer = _load(args)
-    prompts = load_prompts(args.prompts) if args.prompts else demo_prompts()
     prompts = prompts[: args.num_prompts]
     cfg = BenchConfig(prompts=prompts, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                      gamma=parse_gamma(args.gamma), batch_size=args.batch_size, repeats=args.repeats, seed=args.seed,
-                      systems=args.systems.split(",") if args.systems else None, gammas=_gammas(args.gammas))
+                      gamma=gamma, batch_size=args.batch_size, repeats=args.repeats, seed=args.seed,
+                      systems=args.systems.split(",") if args.systems else None, gammas=gammas)
     console = Console(stderr=args.json)
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("benchmarking (cost model, warm-up, then interleaved runs)", total=None)

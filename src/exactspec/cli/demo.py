@@ -3,19 +3,20 @@ from __future__ import annotations
 
 import argparse
 
+from exactspec.cli import SEED, integer, real
 from exactspec.cli.generate import STYLES
 
 
 def register(sub) -> None:
     p = sub.add_parser("demo", help="run speculative decoding on the shipped demo pair (offline)",
                        description=__doc__)
-    p.add_argument("--prompts", type=int, default=3, help="how many held-out prompts to complete (default 3)")
-    p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--prompts", type=integer(1), default=3, help="how many held-out prompts to complete (default 3)")
+    p.add_argument("--max-new-tokens", type=integer(1), default=64)
+    p.add_argument("--temperature", type=real(0), default=0.0, help="0 = greedy (default)")
     p.add_argument("--gamma", default="auto", help="draft tokens per step, or 'auto' (default: auto)")
     p.add_argument("--method", choices=("token", "block"), default="token")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    p.add_argument("--seed", type=SEED, default=0)
+    p.add_argument("--threads", type=integer(1), default=2, help="torch threads (default 2)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON, no streaming")
     p.set_defaults(func=run)
 
@@ -34,8 +35,9 @@ def run(args: argparse.Namespace) -> int:
     from exactspec.cli import parse_gamma
 
     args.gamma = parse_gamma(args.gamma)
-    if args.prompts < 1 or args.max_new_tokens < 1:
-        raise ValueError("--prompts and --max-new-tokens must be >= 1")
+    n_prompts = len(demo_prompts())
+    if args.prompts > n_prompts:
+        raise ValueError(f"--prompts must be <= {n_prompts} (the held-out prompts shipped), got {args.prompts}")
     torch.set_num_threads(args.threads)
     from transformers.utils import logging as hf_logging
 

@@ -12,6 +12,8 @@ import io
 import json
 import sys
 
+from exactspec.cli import SEED, device, integer, real
+
 # One palette for `generate` and `demo`.
 STYLES = {"prompt": "dim", "accepted": "bold green", "corrected": "bold red", "bonus": "bold cyan"}
 
@@ -31,7 +33,7 @@ def register(subparsers) -> None:
     p.add_argument("--chat", action="store_true",
                    help="wrap each prompt as a user message with the tokenizer's chat template")
     p.add_argument("--prompt-lookup", action="store_true", help="draft by n-gram prompt lookup (no draft model)")
-    p.add_argument("--ngram", type=int, default=3, metavar="N",
+    p.add_argument("--ngram", type=integer(1), default=3, metavar="N",
                    help="longest n-gram --prompt-lookup matches (tries N down to 1; default 3)")
     p.add_argument("--gamma", default="auto", help="draft tokens per step, or 'auto' (default: auto, which drafts "
                    "while drafting pays and takes plain steps when it does not)")
@@ -41,14 +43,14 @@ def register(subparsers) -> None:
     p.add_argument("--do-sample", action=argparse.BooleanOptionalAction, default=None,
                    help="sample (--do-sample) or decode greedily (--no-do-sample); default: the target's "
                         "generation_config, or sampling when a setting below is given")
-    p.add_argument("--temperature", type=float, help="sampling temperature; 0 = greedy (default: config)")
-    p.add_argument("--top-k", type=int, help="top-k filter, 0 = off (default: config, else transformers' 50)")
-    p.add_argument("--top-p", type=float, help="top-p filter, 1 = off (default: config)")
-    p.add_argument("--min-p", type=float, help="min-p filter (default: config)")
-    p.add_argument("--repetition-penalty", type=float, help="repetition penalty (default: config)")
-    p.add_argument("--max-new-tokens", type=int, default=64, help="new tokens per prompt (default 64)")
-    p.add_argument("--seed", type=int, default=None, help="seed for reproducible sampling")
-    p.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    p.add_argument("--temperature", type=real(0), help="sampling temperature; 0 = greedy (default: config)")
+    p.add_argument("--top-k", type=integer(0), help="top-k filter, 0 = off (default: config, else transformers' 50)")
+    p.add_argument("--top-p", type=real(0, 1), help="top-p filter, 1 = off (default: config)")
+    p.add_argument("--min-p", type=real(0, 1), help="min-p filter (default: config)")
+    p.add_argument("--repetition-penalty", type=real(0), help="repetition penalty (default: config)")
+    p.add_argument("--max-new-tokens", type=integer(0), default=64, help="new tokens per prompt (default 64)")
+    p.add_argument("--seed", type=SEED, default=None, help="seed for reproducible sampling")
+    p.add_argument("--device", type=device, default="cpu", help="torch device (default cpu)")
     p.add_argument("--json", action="store_true", help="print one JSON object (texts + stats) instead")
     p.set_defaults(func=run)
 
@@ -115,10 +117,9 @@ def run(args) -> int:
     from exactspec.text import styled_pieces, token_kinds
 
     gamma = parse_gamma(args.gamma)
-    if args.max_new_tokens < 0:
-        raise ValueError(f"--max-new-tokens must be >= 0, got {args.max_new_tokens}")
-    if args.ngram < 1:
-        raise ValueError(f"--ngram must be >= 1, got {args.ngram}")
+    empty = [i + 1 for i, text in enumerate(args.prompts) if not text]
+    if empty:
+        raise ValueError(f"PROMPT {empty[0]} of {len(args.prompts)} is empty ('')")
     target, draft, tok = load_models(args)
     if draft is not None:
         gen = SpeculativeGenerator(target, draft)

@@ -7,6 +7,10 @@ from __future__ import annotations
 import json
 import math
 
+from exactspec.cli import check_out_file, integer, real
+
+GAMMA_MAX_LIMIT = 1024  # rows of the table
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
@@ -15,14 +19,17 @@ def register(subparsers) -> None:
         description="Tabulate expected tokens per target call, walltime speedup and ops factor for "
                     "gamma = 1..gamma-max, mark the best gamma and state the limit over all gamma.",
     )
-    p.add_argument("--alpha", type=float, help="i.i.d. acceptance rate in [0, 1]")
-    p.add_argument("--alpha-per-position", metavar="A1,A2,...",
-                   help="per-position acceptance rates (comma-separated; overrides --alpha; the last "
-                        "rate repeats beyond the list)")
-    p.add_argument("--cost", type=float, default=None,
-                   help="draft/target time ratio c = T_draft/T_target (default 0: free draft, an upper bound)")
-    p.add_argument("--costs", metavar="FILE.json", help="measured CostModel (to_dict JSON) instead of --cost")
-    p.add_argument("--gamma-max", type=int, default=16, help="largest gamma tabulated (default 16)")
+    alpha = p.add_mutually_exclusive_group()
+    alpha.add_argument("--alpha", type=real(0, 1), help="i.i.d. acceptance rate in [0, 1]")
+    alpha.add_argument("--alpha-per-position", metavar="A1,A2,...",
+                       help="per-position acceptance rates (comma-separated, each in [0, 1]; instead of "
+                            "--alpha; the last rate repeats beyond the list)")
+    cost = p.add_mutually_exclusive_group()
+    cost.add_argument("--cost", type=real(0), default=None,
+                      help="draft/target time ratio c = T_draft/T_target (default 0: free draft, an upper bound)")
+    cost.add_argument("--costs", metavar="FILE.json", help="measured CostModel (to_dict JSON) instead of --cost")
+    p.add_argument("--gamma-max", type=integer(1, GAMMA_MAX_LIMIT), default=16,
+                   help="largest gamma tabulated (default 16)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.add_argument("--plot", metavar="OUT.png", help="write a PNG of speedup against gamma")
     p.set_defaults(func=run)
@@ -30,13 +37,16 @@ def register(subparsers) -> None:
 
 def _alpha(args) -> float | list[float]:
     if args.alpha_per_position:
+        parse = real(0, 1)
         try:
-            rates = [float(s) for s in args.alpha_per_position.split(",") if s.strip()]
-        except ValueError as exc:
-            raise ValueError(f"--alpha-per-position must be comma-separated numbers: {exc}") from exc
+            rates = [parse(s) for s in args.alpha_per_position.split(",") if s.strip()]
+        except Exception as exc:  # argparse.ArgumentTypeError: one rate is not a number in [0, 1]
+            raise ValueError(f"--alpha-per-position: {exc}") from None
         if not rates:
             raise ValueError("--alpha-per-position is empty")
         return rates
+    if args.alpha_per_position is not None:
+        raise ValueError("--alpha-per-position is empty")
     if args.alpha is None:
         raise ValueError("give --alpha or --alpha-per-position")
     return args.alpha
@@ -69,12 +79,15 @@ def run(args) -> int:
     from exactspec.costmodel import CostModel
 
     alpha = _alpha(args)
-    if args.costs:
-        cost = CostModel.load(args.costs)
+    if args.plot:
+        check_out_file("--plot", args.plot)
+    if args.costs is not None:
+        try:
+            cost = CostModel.load(args.costs)
+        except ValueError as exc:  # missing, empty or malformed file: the message names the path
+            raise ValueError(f"--costs: {exc}") from None
     else:
         cost = 0.0 if args.cost is None else args.cost
-        if math.isnan(cost) or cost < 0:
-            raise ValueError(f"--cost must be a non-negative number, got {cost}")
     res = compute(alpha, cost, args.gamma_max)
     if args.plot:
         _plot(res, args.plot)
