@@ -16,7 +16,7 @@ from exactspec import rules
 def inflated_acceptance(monkeypatch, factor: float = 1.05) -> None:
     token, block = rules.token_accept_prob, rules.block_accept_probs
     monkeypatch.setattr(rules, "token_accept_prob", lambda p, q: (token(p, q) * factor).clamp(max=1.0))
-    monkeypatch.setattr(rules, "block_accept_probs", lambda w, z: (block(w, z) * factor).clamp(max=1.0))
+    monkeypatch.setattr(rules, "block_accept_probs", lambda *a: (block(*a) * factor).clamp(max=1.0))
 
 
 def residual_09q(monkeypatch) -> None:

@@ -102,16 +102,22 @@ def block_masses(p: torch.Tensor, q: torch.Tensor, w: torch.Tensor,
     return -diff.clamp_(max=0.0).sum(-1), s
 
 
-def block_accept_probs(w: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+def block_accept_probs(w: torch.Tensor, z: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
     """Coin probabilities ``h_1..h_K`` of block verification: ``[..., K]`` from ``w [..., K+1]``.
 
     ``z[..., i-1] = Z_i`` (:func:`block_masses`) for ``i = 1..K-1`` (shape ``[..., K-1]``).
-    ``h_i = Z_i / (Z_i + 1 - w_i)`` (1 when the denominator is 0) for ``i < K`` and ``h_K = w_K``.
+    ``h_i = Z_i / (Z_i + 1 - w_i)`` (1 when the denominator is 0) for ``i < L`` and ``h_L = w_L``, where
+    the block has ``L = K`` tokens, or ``lengths [...]`` for ragged rows (their coins past L are 0).
     """
     wi = w[..., 1:-1]
     den = z + (1.0 - wi)
     h = torch.where(den > 0, z / torch.where(den > 0, den, torch.ones_like(den)), torch.ones_like(den))
-    return torch.cat([h.clamp(0.0, 1.0), w[..., -1:]], dim=-1)
+    h = torch.cat([h.clamp(0.0, 1.0), w[..., -1:]], dim=-1)
+    if lengths is None:
+        return h
+    cols = torch.arange(1, h.shape[-1] + 1, device=h.device)  # column i-1 holds coin i
+    L = lengths[..., None]
+    return torch.where(cols < L, h, torch.where(cols == L, w[..., 1:], torch.zeros_like(h)))
 
 
 def block_keep_count(ok: torch.Tensor) -> torch.Tensor:  # [..., K] bool -> [...] int64
@@ -341,10 +347,7 @@ def verify(
                 raise ValueError("target_probs/draft_probs: NaN or inf in a row the block rule reads")
     else:
         z = torch.zeros(B, 0, device=tp.device)
-    h = block_accept_probs(w, z)  # [B, K], unragged
-    cols = torch.arange(1, K + 1, device=tp.device)[None, :]  # position i of column i-1
-    w_at = w[:, 1:]
-    h = torch.where(cols < L[:, None], h, torch.where(cols == L[:, None], w_at, torch.zeros_like(h)))
+    h = block_accept_probs(w, z, L)  # [B, K]
     tau = block_keep_count(u < h)
     rejected = tau < L
     nxt = _emit(tp, dp, tau, w[ar, tau], rejected, generator, checks)
