@@ -87,7 +87,7 @@ def test_block_masses_and_tau_law_agree_with_residual_and_keep_count():
     """block_masses' Z is the mass of `residual`, and block_tau_probs is the law of block_keep_count over
     independent coins (the closed form and the counting function say the same)."""
     g = torch.Generator().manual_seed(0)
-    p, q, w = (torch.rand(shape, generator=g, dtype=torch.float64) for shape in ((5, 3, 7), (5, 3, 7), (5, 3)))
+    p, q, w = (torch.rand(s, generator=g, dtype=torch.float64) for s in ((5, 3, 7), (5, 3, 7), (5, 3)))
     p, q = p / p.sum(-1, keepdim=True), q / q.sum(-1, keepdim=True)
     z, s = block_masses(p, q, w, with_sums=True)
     assert torch.allclose(z, residual(p, q, w[..., None]).sum(-1), atol=1e-15)

@@ -81,8 +81,10 @@ def chi2_pvalue(samples: np.ndarray, joint: np.ndarray) -> float:
 
 
 CASES = {
-    "token-plain": dict(method="token", transform={}, vt=8, vd="noisy", prompts=POWER_PROMPTS, rows=POWER_ROWS),
-    "block-plain": dict(method="block", transform={}, vt=8, vd="noisy", prompts=POWER_PROMPTS, rows=POWER_ROWS),
+    "token-plain": dict(method="token", transform={}, vt=8, vd="noisy", prompts=POWER_PROMPTS,
+                        rows=POWER_ROWS),
+    "block-plain": dict(method="block", transform={}, vt=8, vd="noisy", prompts=POWER_PROMPTS,
+                        rows=POWER_ROWS),
     "token-filters": dict(method="token", transform=dict(temperature=0.7, top_k=5, top_p=0.9), vt=8, vd=8),
     "block-filters": dict(method="block", transform=dict(temperature=1.3, top_k=6, top_p=0.85), vt=8, vd=8),
     "token-draft-head-larger": dict(method="token", transform={}, vt=8, vd=12),
