@@ -94,6 +94,17 @@ def test_block_masses_and_tau_law_agree_with_residual_and_keep_count():
     assert torch.allclose(s, 1 - w, atol=1e-12)
     h = torch.rand(4, generator=g, dtype=torch.float64)
     assert torch.allclose(exact._keep_law(h, block_keep_count), block_tau_probs(h), atol=1e-15)
+    # Large batches (verify's rows of a 32k vocab) go row by row on worker threads: same numbers.
+    p, q = (torch.softmax(torch.randn(3, 3, 2**15, generator=g), -1) for _ in range(2))
+    w = torch.rand(3, 3, generator=g)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        z, s = block_masses(p, q, w, with_sums=True)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.allclose(z, residual(p, q, w[..., None]).sum(-1), atol=1e-6)
+    assert torch.allclose(s, 1 - w, atol=1e-5)
 
 
 CANDIDATE_CASES = [(3, 1, 0), (3, 2, 1), (4, 3, 2), (5, 2, 3), (4, 4, 4)]

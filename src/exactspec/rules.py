@@ -57,6 +57,12 @@ def residual(p: torch.Tensor, q: torch.Tensor, weight: torch.Tensor | float = 1.
     return r.clamp_(min=0.0)
 
 
+def _mass(x: torch.Tensor) -> torch.Tensor:  # [..., V] -> [...]
+    """Sums over the last axis: fp32 through BLAS (a much cheaper reduction than .sum() here); other
+    dtypes keep their own precision (fp64 in exact.py)."""
+    return _row_sums(x) if x.dtype == torch.float32 else x.sum(-1)
+
+
 def residual_is_empty(mass: torch.Tensor) -> torch.Tensor:
     """Where a residual's mass is numerically zero (<= 16 eps of its dtype). That only happens when
     w p ~ q, where the rejection leading to the residual has probability ~0; every rule then samples p
@@ -69,8 +75,7 @@ def residual_or_p(p: torch.Tensor, q: torch.Tensor, weight: torch.Tensor | float
     """``residual(p, q, weight)``, or ``p`` itself in rows where that has ~zero mass: the distribution
     (unnormalised, [..., V]) every rule samples after a rejection. ``out`` as in :func:`residual`."""
     res = residual(p, q, weight, out=out)
-    mass = _row_sums(res) if res.dtype == torch.float32 else res.sum(-1)  # fp64 stays fp64 (exact.py)
-    empty = residual_is_empty(mass)  # [...]
+    empty = residual_is_empty(_mass(res))  # [...]
     if bool(empty.any()):
         res[empty] = p.expand_as(res)[empty]
     return res
@@ -95,11 +100,32 @@ def block_masses(p: torch.Tensor, q: torch.Tensor, w: torch.Tensor,
     ``residual(p_i, q_i, w_i)``) from p, q ``[..., V]`` and w ``[...]``; returns ``(Z, S or None)``, ``[...]``.
 
     ``S_i = sum_y (q_i(y) - w_i p_i(y))``, wanted by the input checks (it must equal ``1 - w_i``), comes
-    from the same difference in the same pass: one read of both rows, whose cost dominates the rule.
+    from the same difference: one read of both rows, whose cost dominates the rule. Large batches
+    ``[B, K-1, V]`` go row by row on worker threads (see :func:`_parallel_map`), so that each row's
+    difference is still in cache for the passes that sum it; the arithmetic is the same.
     """
+    if p.dim() != 3 or p.shape[0] < 2 or p[0].numel() < 2**16 or p.device.type != "cpu":
+        return _block_masses_pass(p, q, w, with_sums)  # small rows: one batched pass
+    B = p.shape[0]
+    z = torch.empty(w.shape, dtype=torch.promote_types(torch.promote_types(p.dtype, q.dtype), w.dtype))
+    s = torch.empty_like(z) if with_sums else None
+
+    def rows(bs):
+        for b in bs:
+            zb, sb = _block_masses_pass(p[b], q[b], w[b], with_sums)
+            z[b] = zb
+            if s is not None:
+                s[b] = sb
+
+    n = max(1, min(B, torch.get_num_threads()))
+    _parallel_map(rows, [range(i, B, n) for i in range(n)], n)
+    return z, s
+
+
+def _block_masses_pass(p, q, w, with_sums):  # [..., V] x2, [...] -> [...], [...] or None
     diff = torch.addcmul(q, w[..., None], p, value=-1.0)  # q - w p
-    s = diff.sum(-1) if with_sums else None
-    return -diff.clamp_(max=0.0).sum(-1), s
+    s = _mass(diff) if with_sums else None
+    return -_mass(diff.clamp_(max=0.0)), s
 
 
 def block_accept_probs(w: torch.Tensor, z: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
