@@ -97,7 +97,8 @@ def block_weights(p_x: torch.Tensor, q_x: torch.Tensor) -> torch.Tensor:  # [...
 def block_masses(p: torch.Tensor, q: torch.Tensor, w: torch.Tensor,
                  with_sums: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Residual masses of block verification: ``Z_i = sum_y max(w_i p_i(y) - q_i(y), 0)`` (the mass of
-    ``residual(p_i, q_i, w_i)``) from p, q ``[..., V]`` and w ``[...]``; returns ``(Z, S or None)``, ``[...]``.
+    ``residual(p_i, q_i, w_i)``) from p, q ``[..., V]`` and w ``[...]``; returns ``(Z, S or None)``, each
+    ``[...]``.
 
     ``S_i = sum_y (q_i(y) - w_i p_i(y))``, wanted by the input checks (it must equal ``1 - w_i``), comes
     from the same difference: one read of both rows, whose cost dominates the rule. Large batches
@@ -128,7 +129,8 @@ def _block_masses_pass(p, q, w, with_sums):  # [..., V] x2, [...] -> [...], [...
     return -_mass(diff.clamp_(max=0.0)), s
 
 
-def block_accept_probs(w: torch.Tensor, z: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
+def block_accept_probs(w: torch.Tensor, z: torch.Tensor,
+                       lengths: torch.Tensor | None = None) -> torch.Tensor:
     """Coin probabilities ``h_1..h_K`` of block verification: ``[..., K]`` from ``w [..., K+1]``.
 
     ``z[..., i-1] = Z_i`` (:func:`block_masses`) for ``i = 1..K-1`` (shape ``[..., K-1]``).
