@@ -1,6 +1,8 @@
 """Seeded statistical tests on real draws (>= 10^5 each, chi-square): verify() with "token" and "block"
 (full, ragged draft_lengths, fp16 inputs), verify_candidates for the three schemes and verify_tree produce
-the target's joint distribution; the harness itself rejects a wrong rule."""
+the target's joint distribution, and the mean number of kept tokens is the independent numpy reference's
+(exactspec.acceptance). Power: the same checks fail on a rule told the wrong q and on the subtle faults of
+_faults.py (acceptance 5% too high, residual p - 0.9q) patched into the running code."""
 import hashlib
 import itertools
 
@@ -8,7 +10,9 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
+import _faults
 from exactspec import TokenTree, exact, sample_from_probs, verify, verify_candidates, verify_tree
+from exactspec.acceptance import expected_accepted_block, expected_accepted_token_rule
 
 N = 100_000
 P_MIN = 1e-3  # seeded: deterministic outcome; a correct rule passes, a wrong one gives ~1e-100
@@ -88,13 +92,16 @@ def run_rule(method, V=4, K=2, ragged=False, dtype=torch.float32, seed=0, lie_ab
     return v, counts, expected_vector(p_dist, V, K + 1), (p_dist, q_dist)
 
 
+REFERENCE = {"token": expected_accepted_token_rule, "block": expected_accepted_block}  # numpy, not exact.py
+
+
 @pytest.mark.parametrize("method", ["token", "block"])
 def test_rule_samples_match_target(method):
     v, counts, probs, (p, q) = run_rule(method)
     assert chi2_p(counts, probs) > P_MIN
-    # mean accepted matches the exact expectation (5 standard errors)
+    # mean accepted matches the independent reference's expectation (5 standard errors)
     mean, se = v.accepted.double().mean(), v.accepted.double().std() / N ** 0.5
-    assert abs(float(mean) - exact.expected_accepted(p, q, 2, method)) < 5 * float(se)
+    assert abs(float(mean) - REFERENCE[method](p, q, 2)) < 5 * float(se)
 
 
 @pytest.mark.parametrize("method", ["token", "block"])
@@ -107,6 +114,18 @@ def test_rule_samples_match_target_with_ragged_drafts(method):
 def test_rule_samples_match_target_with_fp16_inputs(method):
     v, counts, probs, _ = run_rule(method, dtype=torch.float16, seed=5)
     assert chi2_p(counts, probs) > P_MIN
+
+
+@pytest.mark.parametrize("fault", list(_faults.FAULTS))
+@pytest.mark.parametrize("method", ["token", "block"])
+def test_chi_square_fails_on_subtle_faults(monkeypatch, method, fault):
+    """Power: the very draws of test_rule_samples_match_target (same seed), made by verify with a subtly
+    wrong formula, fail the chi-square that the correct rule passes (and so do the ragged ones)."""
+    _faults.apply(monkeypatch, fault)
+    _, counts, probs, _ = run_rule(method)
+    assert chi2_p(counts, probs) < P_MIN
+    _, counts, probs, _ = run_rule(method, K=3, V=3, ragged=True, seed=3)
+    assert chi2_p(counts, probs) < P_MIN
 
 
 def test_harness_rejects_a_wrong_rule():
@@ -131,8 +150,7 @@ def draw_candidates(q, n, scheme, g):  # q [V] -> [N, n]
     return out
 
 
-@pytest.mark.parametrize("scheme", ["iid", "without_replacement", "deterministic"])
-def test_candidate_samples_match_target(scheme):
+def candidate_pvalue(scheme):
     g = torch.Generator().manual_seed(11)
     p = torch.tensor([0.35, 0.05, 0.3, 0.2, 0.1], dtype=torch.float64)
     q = torch.tensor([0.1, 0.4, 0.1, 0.15, 0.25], dtype=torch.float64)
@@ -140,11 +158,10 @@ def test_candidate_samples_match_target(scheme):
     acc, nxt = verify_candidates(p.float().expand(N, 5), q.float().expand(N, 5), cands, scheme=scheme,
                                  generator=g)
     assert bool(((acc < 0) | (nxt == cands[torch.arange(N), acc.clamp(min=0)])).all())
-    assert chi2_p(torch.bincount(nxt, minlength=5), p) > P_MIN
+    return chi2_p(torch.bincount(nxt, minlength=5), p)
 
 
-@pytest.mark.parametrize("scheme", ["iid", "without_replacement", "deterministic"])
-def test_tree_samples_match_target(scheme):
+def tree_pvalue(scheme):
     g = torch.Generator().manual_seed(13)
     V, parents = 4, [-1, -1, 0]  # root -> nodes 0, 1; node 0 -> node 2
     p_dist, q_dist = prefix_dist(V, 21), prefix_dist(V, 22)
@@ -164,4 +181,28 @@ def test_tree_samples_match_target(scheme):
     emitted[:, :2] = path_tok
     emitted[torch.arange(N), tv.accepted] = tv.next_token
     counts = extend_and_count(emitted, tv.accepted + 1, ptab, 3, g)
-    assert chi2_p(counts, expected_vector(p_dist, V, 3)) > P_MIN
+    return chi2_p(counts, expected_vector(p_dist, V, 3))
+
+
+@pytest.mark.parametrize("scheme", ["iid", "without_replacement", "deterministic"])
+def test_candidate_samples_match_target(scheme):
+    assert candidate_pvalue(scheme) > P_MIN
+
+
+@pytest.mark.parametrize("scheme", ["iid", "without_replacement", "deterministic"])
+def test_tree_samples_match_target(scheme):
+    assert tree_pvalue(scheme) > P_MIN
+
+
+@pytest.mark.parametrize("fault", list(_faults.FAULTS))
+@pytest.mark.parametrize("scheme", ["iid", "without_replacement", "deterministic"])
+def test_candidate_and_tree_chi_square_fail_on_subtle_faults(monkeypatch, scheme, fault):
+    """Power for the multi-candidate rule and the tree walk, same draws as the tests above. A one-hot
+    q_s (deterministic scheme) makes max(R - 0.9 q_s, 0) differ from max(R - q_s, 0) only where
+    R(x_s) > 0.9, which these instances never reach: that fault is no fault there (the enumeration
+    test shows it caught where it matters)."""
+    if scheme == "deterministic" and fault == "residual p-0.9q":
+        pytest.skip("p - 0.9 q_s = p - q_s here for one-hot q_s (see docstring)")
+    _faults.apply(monkeypatch, fault)
+    assert candidate_pvalue(scheme) < P_MIN
+    assert tree_pvalue(scheme) < P_MIN

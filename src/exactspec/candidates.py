@@ -10,8 +10,10 @@ If every candidate is rejected the emitted token is drawn from the final R. Per 
   removed and renormalised;
 - ``"deterministic"``: fixed candidates (e.g. top-n), so ``q_s`` = one-hot(x_s); draft_probs is unused.
 
-The formula functions ``candidate_draft_dist``, ``mrrs_accept_prob``, ``mrrs_residual`` are shared with
-:mod:`exactspec.exact`, which checks exactness by enumeration.
+The formula functions ``candidate_draft_dist``, ``mrrs_accept_prob``, ``mrrs_residual`` (built on the
+token rule's ``token_accept_prob`` and ``residual_or_p``, looked up on :mod:`exactspec.rules` at call time)
+are what :func:`verify_candidates` and so :func:`verify_tree` run, and what :mod:`exactspec.exact`
+enumerates to check exactness: one definition each, so a change to one reaches both.
 """
 from __future__ import annotations
 
@@ -19,10 +21,10 @@ from dataclasses import dataclass
 
 import torch
 
+from exactspec import rules
 from exactspec.sampling import sample_from_probs
 from exactspec.checks import (_check_rows, _to32, _validate_candidates, _validate_tree, _validate_tree_call,
                               names_sampled_rows)
-from exactspec.rules import residual_or_p, token_accept_prob
 
 __all__ = [
     "SCHEMES", "verify_candidates", "TokenTree", "TreeVerdict", "verify_tree",
@@ -50,13 +52,13 @@ def candidate_draft_dist(q: torch.Tensor, previous: torch.Tensor | None, x: torc
 
 def mrrs_accept_prob(r_x: torch.Tensor, qs_x: torch.Tensor) -> torch.Tensor:
     """min(1, R(x)/q_s(x)): the same ratio test as the token rule, against the running residual."""
-    return token_accept_prob(r_x, qs_x)
+    return rules.token_accept_prob(r_x, qs_x)
 
 
 def mrrs_residual(r: torch.Tensor, qs: torch.Tensor) -> torch.Tensor:
     """Normalised ``max(R - q_s, 0)`` [..., V]; falls back to R where its mass is ~0 (only when R ~ q_s,
     in which case the rejection that leads here has probability ~0)."""
-    res = residual_or_p(r, qs)
+    res = rules.residual_or_p(r, qs)
     return res / res.sum(-1, keepdim=True)
 
 

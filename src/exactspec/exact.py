@@ -1,39 +1,41 @@
 """Exact enumeration of each verification rule's output distribution (float64, small V and K).
 
 Distributions are prefix-dependent callables ``dist(prefix: tuple[int, ...]) -> Tensor [V]`` (float64).
-Every draft (with its probability under the drafter), every accept/reject outcome (with the probability
-given by the rule's *own* formula functions, imported from :mod:`exactspec.rules` and
-:mod:`exactspec.candidates`) and every final token is enumerated; the result is the exact distribution of
-the emitted tokens. Because rules emit a variable number of tokens, emitted prefixes are continued by
-sampling from the target up to a common length ``n_tokens`` (what later decoding steps do when the rule is
-correct); the rule is exact iff that joint equals the target's own joint of ``n_tokens`` tokens.
+Every draft (with its probability under the drafter), every outcome of the rule's coins (with the
+probabilities the rule's *own* formula functions give), the number of tokens kept (by the rule's own
+keep-count function) and every final token (from the rule's own residual, zero-mass fallback included)
+is enumerated; the result is the exact distribution of the emitted tokens. The formula functions are
+looked up on :mod:`exactspec.rules` and :mod:`exactspec.candidates` at call time, the very functions
+``verify``, ``verify_logits``, ``verify_candidates`` and ``verify_tree`` call: what is proved here is
+the code that runs (and a test that patches a formula there changes both).
+
+Because rules emit a variable number of tokens, emitted prefixes are continued by sampling from the
+target up to a common length ``n_tokens`` (what later decoding steps do when the rule is correct); the
+rule is exact iff that joint equals the target's own joint of ``n_tokens`` tokens.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 from collections import defaultdict
 from typing import Callable
 
 import torch
 
-from exactspec.candidates import (
-    SCHEMES, TokenTree, candidate_draft_dist, mrrs_accept_prob, mrrs_residual,
-)
-from exactspec.rules import (
-    block_accept_probs, block_tau_probs, block_weights, residual, residual_or_p, token_accept_prob,
-)
+from exactspec import candidates, rules
+from exactspec.candidates import SCHEMES, TokenTree
 
 Dist = Callable[[tuple], torch.Tensor]
 
 __all__ = [
     "target_distribution", "rule_distribution", "expected_accepted", "candidates_distribution",
-    "tree_distribution", "max_abs_diff",
+    "candidates_accept_prob", "tree_distribution", "max_abs_diff",
 ]
 
 
 def _residual_dist(p: torch.Tensor, q: torch.Tensor, weight=1.0) -> torch.Tensor:
     # The rules' own residual, with their fallback to p where it has ~zero mass, normalised.
-    r = residual_or_p(p, q, weight)
+    r = rules.residual_or_p(p, q, weight)
     return r / r.sum()
 
 
@@ -75,6 +77,20 @@ def _drafts(q_dist: Dist, K: int, stop=None):
     yield from rec((), 1.0)
 
 
+@functools.lru_cache(maxsize=None)
+def _coin_patterns(K: int) -> torch.Tensor:
+    return torch.tensor(list(itertools.product([False, True], repeat=K)), dtype=torch.bool).reshape(2 ** K, K)
+
+
+def _keep_law(coin_probs: torch.Tensor, keep_count) -> torch.Tensor:  # [K] -> [K+1]
+    """P(n tokens kept), n = 0..K: every pattern of the K independent coins (coin i succeeds with
+    ``coin_probs[i]``, as ``u < a`` with u uniform does), counted by the rule's own ``keep_count``."""
+    K = coin_probs.shape[0]
+    ok = _coin_patterns(K)  # [2^K, K]
+    pr = torch.where(ok, coin_probs, 1.0 - coin_probs).prod(-1)  # [2^K]
+    return torch.zeros(K + 1, dtype=coin_probs.dtype).index_add_(0, keep_count(ok), pr)
+
+
 def _outcomes(p_dist: Dist, q_dist: Dist, x: tuple, method: str):
     """For one draft: list of (n_kept, probability, distribution of the next token [V])."""
     K = len(x)
@@ -82,26 +98,18 @@ def _outcomes(p_dist: Dist, q_dist: Dist, x: tuple, method: str):
     Q = torch.stack([q_dist(x[:i]) for i in range(K)]) if K else P[:0]  # [K, V]
     idx = torch.tensor(x, dtype=torch.long)
     p_x, q_x = P[torch.arange(K), idx], Q[torch.arange(K), idx]
-    out = []
     if method == "token":
-        a = token_accept_prob(p_x, q_x)
-        keep = 1.0
-        for n in range(K + 1):
-            if n == K:
-                out.append((n, keep, P[K]))
-            else:
-                out.append((n, keep * (1 - float(a[n])), _residual_dist(P[n], Q[n])))
-                keep *= float(a[n])
+        law = _keep_law(rules.token_accept_prob(p_x, q_x), rules.token_keep_count)
+        weight = [1.0] * K
     elif method == "block":
-        w = block_weights(p_x, q_x)  # [K+1]
-        z = residual(P[1:K], Q[1:K], w[1:K, None]).sum(-1)  # [K-1]
-        tau = block_tau_probs(block_accept_probs(w, z))  # [K+1]
-        for n in range(K + 1):
-            nxt = P[K] if n == K else _residual_dist(P[n], Q[n], w[n])
-            out.append((n, float(tau[n]), nxt))
+        w = rules.block_weights(p_x, q_x)  # [K+1]
+        z, _ = rules.block_masses(P[1:K], Q[1:K], w[1:K])  # [K-1]
+        law = _keep_law(rules.block_accept_probs(w, z), rules.block_keep_count)
+        weight = w
     else:
         raise ValueError(f"method must be 'token' or 'block' for enumeration, got {method!r}")
-    return out
+    return [(n, float(law[n]), P[K] if n == K else _residual_dist(P[n], Q[n], weight[n]))
+            for n in range(K + 1)]
 
 
 def rule_distribution(p_dist: Dist, q_dist: Dist, K: int, method: str, n_tokens: int | None = None,
@@ -135,7 +143,7 @@ def _candidate_draws(q: torch.Tensor, n: int, scheme: str):
         pr = 1.0
         for s in range(n):
             prev = torch.tensor(c[:s], dtype=torch.long)
-            qs = candidate_draft_dist(q, prev, torch.tensor(c[s]), scheme)
+            qs = candidates.candidate_draft_dist(q, prev, torch.tensor(c[s]), scheme)
             pr *= float(qs[c[s]]) if torch.isfinite(qs).all() else 0.0
             if pr == 0:
                 break
@@ -147,11 +155,12 @@ def _mrrs_outcomes(p: torch.Tensor, q: torch.Tensor, c: tuple, scheme: str):
     """For fixed candidates: list of (accepted index or -1, probability, final residual or None)."""
     R, out, reach = p, [], 1.0
     for s, x in enumerate(c):
-        qs = candidate_draft_dist(q, torch.tensor(c[:s], dtype=torch.long), torch.tensor(x), scheme)
-        a = float(mrrs_accept_prob(R[x], qs[x]))
+        prev = torch.tensor(c[:s], dtype=torch.long)
+        qs = candidates.candidate_draft_dist(q, prev, torch.tensor(x), scheme)
+        a = float(candidates.mrrs_accept_prob(R[x], qs[x]))
         out.append((s, reach * a, None))
         reach *= 1 - a
-        R = mrrs_residual(R, qs)
+        R = candidates.mrrs_residual(R, qs)
     out.append((-1, reach, R))
     return out
 
@@ -168,6 +177,14 @@ def candidates_distribution(p: torch.Tensor, q: torch.Tensor, n: int, scheme: st
             else:
                 out += pc * pr * R
     return out
+
+
+def candidates_accept_prob(p: torch.Tensor, q: torch.Tensor, n: int, scheme: str) -> float:
+    """Exact P(one of the n candidates is accepted) under multi-round rejection sampling."""
+    if scheme not in SCHEMES:
+        raise ValueError(f"scheme must be one of {SCHEMES}, got {scheme!r}")
+    return sum(pc * pr for c, pc in _candidate_draws(q, n, scheme)
+               for s, pr, _ in _mrrs_outcomes(p, q, c, scheme) if s >= 0)
 
 
 def tree_distribution(p_dist: Dist, q_dist: Dist, parents: list, scheme: str, n_tokens: int | None = None):

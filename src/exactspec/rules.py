@@ -5,9 +5,15 @@ and the first ``i`` draft tokens, ``i = 0..K``; ``draft_tokens[:, i]`` was drawn
 and is checked against ``target_probs[:, i]``; ``target_probs[:, K]`` (or ``[:, L_b]`` for a ragged row)
 is the bonus position.
 
-The formula functions (``token_accept_prob``, ``residual``, ``block_weights``, ``block_accept_probs``,
-``block_tau_probs``) are shared with :mod:`exactspec.exact`, which enumerates every outcome with them and
-checks that the output equals the target distribution exactly. Keep the two in lock-step by construction.
+Every quantity that decides the output distribution is computed by one of the formula functions below,
+and nowhere else: the acceptance probabilities (``token_accept_prob``, ``block_weights``,
+``block_masses``, ``block_accept_probs``), how many draft tokens a rule keeps given its coins
+(``token_keep_count``, ``block_keep_count``) and the distribution of the token after them (``residual``,
+with its zero-mass fallback ``residual_or_p``). ``verify``, ``verify_logits``, the multi-candidate rule
+and the tree walk call them on the running path (in place where speed needs it, through their ``out=``
+argument), and :mod:`exactspec.exact` enumerates every outcome with the very same functions, looked up
+on this module at call time. So the enumeration proves the code that runs, and a change to a formula
+(or a test's monkeypatch of one) reaches both: they are in lock-step by construction.
 """
 from __future__ import annotations
 
@@ -21,8 +27,9 @@ from exactspec.checks import (METHODS, _check_full, _check_gathered, _check_rows
 from exactspec.sampling import _one_thread, sample_from_probs
 
 __all__ = [
-    "Verdict", "verify", "verify_logits", "token_accept_prob", "residual", "residual_or_p", "block_weights",
-    "block_accept_probs", "block_tau_probs", "METHODS",
+    "Verdict", "verify", "verify_logits", "token_accept_prob", "token_keep_count", "residual",
+    "residual_or_p", "residual_is_empty", "block_weights", "block_masses", "block_accept_probs",
+    "block_keep_count", "block_tau_probs", "METHODS",
 ]
 
 
@@ -33,9 +40,27 @@ def token_accept_prob(p_x: torch.Tensor, q_x: torch.Tensor) -> torch.Tensor:
     return torch.clamp(p_x / q_x, max=1.0)
 
 
-def residual(p: torch.Tensor, q: torch.Tensor, weight: torch.Tensor | float = 1.0) -> torch.Tensor:
-    """Unnormalised residual ``max(weight * p - q, 0)`` over the last axis (``weight`` = 1 for "token")."""
-    return (p * weight - q).clamp_(min=0.0)
+def token_keep_count(ok: torch.Tensor) -> torch.Tensor:  # [..., K] bool -> [...] int64
+    """Draft tokens the token rule keeps given its coins (``ok[..., i]``: the coin of position i came up
+    "accept"): the leading run of successes, as the first rejection ends the step."""
+    return ok.long().cumprod(-1).sum(-1)
+
+
+def residual(p: torch.Tensor, q: torch.Tensor, weight: torch.Tensor | float = 1.0,
+             out: torch.Tensor | None = None) -> torch.Tensor:
+    """Unnormalised residual ``max(weight * p - q, 0)`` over the last axis (``weight`` = 1 for "token",
+    ``w_i`` broadcast against p for "block"). ``out`` (may alias ``q``) avoids a fresh [B, V] buffer."""
+    if isinstance(weight, torch.Tensor):
+        r = torch.addcmul(q, p, weight, value=-1.0, out=out).neg_()  # -(q - w p), one fused pass
+    else:
+        r = torch.sub(p if weight == 1.0 else p * weight, q, out=out)
+    return r.clamp_(min=0.0)
+
+
+def _mass(x: torch.Tensor) -> torch.Tensor:  # [..., V] -> [...]
+    """Sums over the last axis: fp32 through BLAS (a much cheaper reduction than .sum() here); other
+    dtypes keep their own precision (fp64 in exact.py)."""
+    return _row_sums(x) if x.dtype == torch.float32 else x.sum(-1)
 
 
 def residual_is_empty(mass: torch.Tensor) -> torch.Tensor:
@@ -45,10 +70,15 @@ def residual_is_empty(mass: torch.Tensor) -> torch.Tensor:
     return mass <= 16 * torch.finfo(mass.dtype).eps
 
 
-def residual_or_p(p: torch.Tensor, q: torch.Tensor, weight: torch.Tensor | float = 1.0) -> torch.Tensor:
-    """``max(weight * p - q, 0)``, or ``p`` itself in rows where that has ~zero mass; unnormalised [..., V]."""
-    res = residual(p, q, weight)
-    return torch.where(residual_is_empty(res.sum(-1, keepdim=True)), p, res)
+def residual_or_p(p: torch.Tensor, q: torch.Tensor, weight: torch.Tensor | float = 1.0,
+                  out: torch.Tensor | None = None) -> torch.Tensor:
+    """``residual(p, q, weight)``, or ``p`` itself in rows where that has ~zero mass: the distribution
+    (unnormalised, [..., V]) every rule samples after a rejection. ``out`` as in :func:`residual`."""
+    res = residual(p, q, weight, out=out)
+    empty = residual_is_empty(_mass(res))  # [...]
+    if bool(empty.any()):
+        res[empty] = p.expand_as(res)[empty]
+    return res
 
 
 def block_weights(p_x: torch.Tensor, q_x: torch.Tensor) -> torch.Tensor:  # [..., K] -> [..., K+1]
@@ -64,20 +94,71 @@ def block_weights(p_x: torch.Tensor, q_x: torch.Tensor) -> torch.Tensor:  # [...
     return torch.stack(w, dim=-1)
 
 
-def block_accept_probs(w: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+def block_masses(p: torch.Tensor, q: torch.Tensor, w: torch.Tensor,
+                 with_sums: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Residual masses of block verification: ``Z_i = sum_y max(w_i p_i(y) - q_i(y), 0)`` (the mass of
+    ``residual(p_i, q_i, w_i)``) from p, q ``[..., V]`` and w ``[...]``; returns ``(Z, S or None)``, each
+    ``[...]``.
+
+    ``S_i = sum_y (q_i(y) - w_i p_i(y))``, wanted by the input checks (it must equal ``1 - w_i``), comes
+    from the same difference: one read of both rows, whose cost dominates the rule. Large batches
+    ``[B, K-1, V]`` go row by row on worker threads (see :func:`_parallel_map`), so that each row's
+    difference is still in cache for the passes that sum it; the arithmetic is the same.
+    """
+    if p.dim() != 3 or p.shape[0] < 2 or p[0].numel() < 2**16 or p.device.type != "cpu":
+        return _block_masses_pass(p, q, w, with_sums)  # small rows: one batched pass
+    B = p.shape[0]
+    z = torch.empty(w.shape, dtype=torch.promote_types(torch.promote_types(p.dtype, q.dtype), w.dtype))
+    s = torch.empty_like(z) if with_sums else None
+
+    def rows(bs):
+        for b in bs:
+            zb, sb = _block_masses_pass(p[b], q[b], w[b], with_sums)
+            z[b] = zb
+            if s is not None:
+                s[b] = sb
+
+    n = max(1, min(B, torch.get_num_threads()))
+    _parallel_map(rows, [range(i, B, n) for i in range(n)], n)
+    return z, s
+
+
+def _block_masses_pass(p, q, w, with_sums):  # [..., V] x2, [...] -> [...], [...] or None
+    diff = torch.addcmul(q, w[..., None], p, value=-1.0)  # q - w p
+    s = _mass(diff) if with_sums else None
+    return -_mass(diff.clamp_(max=0.0)), s
+
+
+def block_accept_probs(w: torch.Tensor, z: torch.Tensor,
+                       lengths: torch.Tensor | None = None) -> torch.Tensor:
     """Coin probabilities ``h_1..h_K`` of block verification: ``[..., K]`` from ``w [..., K+1]``.
 
-    ``z[..., i-1] = Z_i = sum_y max(w_i p_i(y) - q_i(y), 0)`` for ``i = 1..K-1`` (shape ``[..., K-1]``).
-    ``h_i = Z_i / (Z_i + 1 - w_i)`` (1 when the denominator is 0) for ``i < K`` and ``h_K = w_K``.
+    ``z[..., i-1] = Z_i`` (:func:`block_masses`) for ``i = 1..K-1`` (shape ``[..., K-1]``).
+    ``h_i = Z_i / (Z_i + 1 - w_i)`` (1 when the denominator is 0) for ``i < L`` and ``h_L = w_L``, where
+    the block has ``L = K`` tokens, or ``lengths [...]`` for ragged rows (their coins past L are 0).
     """
     wi = w[..., 1:-1]
     den = z + (1.0 - wi)
     h = torch.where(den > 0, z / torch.where(den > 0, den, torch.ones_like(den)), torch.ones_like(den))
-    return torch.cat([h.clamp(0.0, 1.0), w[..., -1:]], dim=-1)
+    h = torch.cat([h.clamp(0.0, 1.0), w[..., -1:]], dim=-1)
+    if lengths is None:
+        return h
+    cols = torch.arange(1, h.shape[-1] + 1, device=h.device)  # column i-1 holds coin i
+    L = lengths[..., None]
+    return torch.where(cols < L, h, torch.where(cols == L, w[..., 1:], torch.zeros_like(h)))
+
+
+def block_keep_count(ok: torch.Tensor) -> torch.Tensor:  # [..., K] bool -> [...] int64
+    """Draft tokens block verification keeps given its coins (``ok[..., i-1]``: coin ``h_i`` succeeded):
+    tau = the LAST i in 1..K whose coin succeeded, 0 if none (a failed coin does not end the block)."""
+    if ok.shape[-1] == 0:
+        return torch.zeros(ok.shape[:-1], dtype=torch.long, device=ok.device)
+    return (ok.long() * torch.arange(1, ok.shape[-1] + 1, device=ok.device)).amax(-1)
 
 
 def block_tau_probs(h: torch.Tensor) -> torch.Tensor:  # [..., K] -> [..., K+1]
-    """P(tau = i), i = 0..K, where tau is the LAST i in 1..K whose coin (prob ``h_i``) succeeds, else 0."""
+    """P(tau = i), i = 0..K, where tau is the LAST i in 1..K whose coin (prob ``h_i``) succeeds, else 0:
+    the law of :func:`block_keep_count` in closed form (:mod:`exactspec.exact` enumerates the coins)."""
     fail_after = torch.ones_like(h[..., :1])
     out = [None] * (h.shape[-1] + 1)
     for i in range(h.shape[-1], 0, -1):
@@ -126,7 +207,7 @@ def _rows(x: torch.Tensor, pos: torch.Tensor, rows: torch.Tensor | None = None, 
 
 
 def _emit(tp, dp, pos, weight, use_q, generator, checks) -> torch.Tensor:
-    """Sample the token after the kept prefix: from ``max(weight * p - q, 0)`` where ``use_q`` (a
+    """Sample the token after the kept prefix: from ``residual_or_p(p, q, weight)`` where ``use_q`` (a
     rejection), else from ``p`` (bonus). ``pos`` [B] is the position per row, ``weight`` [B] or None.
 
     Works in per-thread scratch rows (no multi-MB allocations) on the calling thread only."""
@@ -140,17 +221,11 @@ def _emit(tp, dp, pos, weight, use_q, generator, checks) -> torch.Tensor:
         if checks != "none":
             # Rows ending in a bonus token do not read q (their position may even be padding).
             _check_rows(q_rows, use_q, "draft_probs", "residual", tol=_tol(dp))
-        # r = max(w p - q, 0), in place in the q scratch
-        if weight is None:
-            r = torch.sub(p_rows, q_rows, out=q_rows)
-        else:
-            r = torch.addcmul(q_rows, p_rows, weight[:, None], value=-1.0, out=q_rows).neg_()
-        r.clamp_(min=0.0)
-        # Bonus rows sample p itself. A residual of (numerically) zero mass only arises when w*p ~ q,
-        # where rejection itself has probability ~0; falling back to p avoids 0/0 at no measurable cost.
-        redo = ~use_q | residual_is_empty(_row_sums(r))
-        if bool(redo.any()):
-            idx = redo.nonzero().squeeze(1)
+        # The rules' residual (and its zero-mass fallback to p), in place in the q scratch
+        r = residual_or_p(p_rows, q_rows, 1.0 if weight is None else weight[:, None], out=q_rows)
+        bonus = ~use_q  # these rows sample p itself
+        if bool(bonus.any()):
+            idx = bonus.nonzero().squeeze(1)
             r.index_copy_(0, idx, p_rows.index_select(0, idx).clamp_(min=0.0))
         return sample_from_probs(r, generator)
 
@@ -205,20 +280,6 @@ def _parallel_map(fn, items: list, workers: int | None = None) -> list:
                 raise
     with _one_thread():
         return [fn(it) for it in items]
-
-
-def _block_masses(tp, dp, w, checks) -> tuple[torch.Tensor, torch.Tensor]:
-    """For i = 1..K-1: Z_i = sum_y max(w_i p_i(y) - q_i(y), 0) and S_i = sum_y (q_i(y) - w_i p_i(y)),
-    both [B, K-1].
-
-    All positions in one batched pass (a [B, K-1, V] temporary): a few large ops parallelise well, and
-    measured interleaved against the per-position worker threads this replaced, they are as fast. S_i
-    (which must equal 1 - w_i) is the row-sum check of the rows Z_i reads; NaN / inf propagate into Z_i.
-    """
-    K = tp.shape[1] - 1
-    diff = torch.addcmul(_to32(dp[:, 1:K]), w[:, 1:K, None], _to32(tp[:, 1:K]), value=-1.0)  # q - w p
-    s = diff.sum(-1) if checks != "none" else None
-    return -diff.clamp_(max=0.0).sum(-1), s
 
 
 @names_sampled_rows("target_probs/draft_probs")
@@ -291,7 +352,7 @@ def verify(
 
     if method == "token":
         a = token_accept_prob(p_x, q_safe) * valid
-        accepted = ((u < a).long().cumprod(-1)).sum(-1)  # u in [0, 1): P(u < a) = a
+        accepted = token_keep_count(u < a)  # u in [0, 1): P(u < a) = a
         rejected = accepted < L
         nxt = _emit(tp, dp, accepted, None, rejected, generator, checks)
         return Verdict(accepted, nxt, a)
@@ -299,7 +360,10 @@ def verify(
     # method == "block"
     w = block_weights(torch.where(valid, p_x, torch.zeros_like(p_x)), q_safe)  # [B, K+1]
     if K > 1:
-        z, s = _block_masses(tp, dp, w, checks)
+        # All positions in one batched pass (a [B, K-1, V] temporary): a few large ops parallelise well,
+        # and measured interleaved against per-position worker threads they are as fast. S_i is the
+        # row-sum check of the rows Z_i reads; NaN / inf propagate into Z_i.
+        z, s = block_masses(_to32(tp[:, 1:K]), _to32(dp[:, 1:K]), w[:, 1:K], with_sums=checks != "none")
         if checks != "none":
             used = valid[:, 1:]  # positions 1..K-1 that are < L_b
             wi = w[:, 1:K]
@@ -315,11 +379,8 @@ def verify(
                 raise ValueError("target_probs/draft_probs: NaN or inf in a row the block rule reads")
     else:
         z = torch.zeros(B, 0, device=tp.device)
-    h = block_accept_probs(w, z)  # [B, K], unragged
-    cols = torch.arange(1, K + 1, device=tp.device)[None, :]  # position i of column i-1
-    w_at = w[:, 1:]
-    h = torch.where(cols < L[:, None], h, torch.where(cols == L[:, None], w_at, torch.zeros_like(h)))
-    tau = ((u < h).long() * cols).amax(-1)
+    h = block_accept_probs(w, z, L)  # [B, K]
+    tau = block_keep_count(u < h)
     rejected = tau < L
     nxt = _emit(tp, dp, tau, w[ar, tau], rejected, generator, checks)
     return Verdict(tau, nxt, h)
@@ -380,7 +441,7 @@ def verify_logits(
     with _one_thread():
         u = torch.rand(B, K, generator=generator, device=dev)  # same draws as verify()
         a_all = torch.zeros(B, K, device=dev)
-        accepted = torch.zeros(B, dtype=torch.long, device=dev)
+        coins = torch.zeros(B, K, dtype=torch.bool, device=dev)  # False where never read
         active = torch.ones(B, dtype=torch.bool, device=dev)
         r = torch.empty(B, V, device=dev)  # the row each batch row finally samples from
         for i in range(K):
@@ -400,7 +461,7 @@ def verify_logits(
             a = token_accept_prob(p_x, q_x.clamp(min=torch.finfo(q_x.dtype).tiny))
             a_all[rows, i] = a
             ok = u[rows, i] < a
-            accepted[rows[ok]] += 1
+            coins[rows, i] = ok
             rej = ~ok
             if bool(rej.any()):
                 r[rows[rej]] = residual_or_p(P[rej], Q[rej])
@@ -408,4 +469,5 @@ def verify_logits(
         done = active.nonzero().squeeze(1)  # everything kept: bonus token at position L_b
         if done.numel():
             r[done] = probs(_rows(tl, L[done], done))
-        return Verdict(accepted, sample_from_probs(r, generator), a_all)
+        # Coins past a row's first rejection (or its L_b) stay False: the count is the same as verify's.
+        return Verdict(token_keep_count(coins), sample_from_probs(r, generator), a_all)
