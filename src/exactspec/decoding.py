@@ -108,6 +108,15 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def _parse_tree(tree, draft):
+    from exactspec.trees import parse_tree
+
+    tree = parse_tree(tree)
+    if tree is not None and draft is None:
+        raise ValueError("tree speculation needs a draft model (draft=...); a model-free drafter drafts chains")
+    return tree
+
+
 def _as_id_list(x) -> list[int]:
     if x is None:
         return []
@@ -188,7 +197,8 @@ class SpeculativeGenerator:
 
     def stream(self, input_ids, attention_mask=None, *, max_new_tokens: int, do_sample: bool = True,
                temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, gamma=4,
-               method: str = "token", eos_token_id=None, pad_token_id=None, seed=None) -> GenerationStream:
+               method: str = "token", eos_token_id=None, pad_token_id=None, seed=None,
+               tree=None) -> GenerationStream:
         """Generate step by step. Returns an iterable of :class:`StreamStep` whose ``.output`` is set at the end.
 
         Args:
@@ -204,9 +214,13 @@ class SpeculativeGenerator:
             eos_token_id: int or list; None uses ``target.generation_config.eos_token_id``; [] disables.
             pad_token_id: filler after EOS; None uses the generation config's pad (else EOS, else 0).
             seed: seeds the run's single torch.Generator (draft sampling and verification).
+            tree: tree speculation instead of a chain (replaces `gamma`; needs a draft model): a tuple of
+                branching factors per depth (``(3, 2, 1, 1)``), an int node budget (a dynamic tree) or
+                ``"auto"``; see :mod:`exactspec.trees`. Verification is the exact multi-round rule.
         """
         cfg = self._check_args(input_ids, attention_mask, max_new_tokens, do_sample, temperature, top_k,
                                top_p, gamma, method, eos_token_id, pad_token_id, seed)
+        cfg["tree"] = _parse_tree(tree, self.draft)
         return GenerationStream(self._run(**cfg))
 
     # ------------------------------------------------------------------------------ validation
@@ -293,10 +307,13 @@ class SpeculativeGenerator:
 
     # ------------------------------------------------------------------------------------ loop
     @torch.no_grad()  # not inference_mode: callers may edit the returned tensors in place
-    def _run(self, ids, mask, max_new, spec: SamplingSpec, gamma, method, eos, pad):
+    def _run(self, ids, mask, max_new, spec: SamplingSpec, gamma, method, eos, pad, tree=None):
         device, (b, p) = ids.device, ids.shape
         stats = GenerationStats()
         prior_key = (spec.greedy, spec.temperature, spec.top_k, spec.top_p, method)
+        if tree is not None:  # tree speculation: exactspec.trees runs the steps (one call per step there)
+            from exactspec.trees import run_tree
+            return (yield from run_tree(self, ids, mask, max_new, spec, tree, eos, pad, prior_key))
         out = torch.full((b, max_new), pad, dtype=torch.long, device=device)  # [B, max_new]
         from_draft = torch.zeros(b, max_new, dtype=torch.bool, device=device)
         n_gen = torch.zeros(b, dtype=torch.long, device=device)

@@ -35,6 +35,11 @@ class GenerationStats:
             longest draft of the batch), so a cost model can price the calls (CostModel.calibrate).
         draft_steps / draft_first_time: steps that called the draft model, and the seconds their first
             draft call took (the cold one, right after the target's forward; part of draft_time).
+        tree_nodes: tree nodes verified, summed over row-steps (tree speculation only; a chain's
+            position_drafted then counts depths: position i is depth i).
+        accepted_depths[a]: row-steps whose accepted path had a nodes (tree speculation).
+        rank_reached[d][r] / rank_accepted[d][r]: row-steps in which the sibling of rank r at depth d + 1
+            was verified (its parent accepted, the lower ranks rejected) / accepted.
     """
 
     target_calls: int = 0
@@ -55,6 +60,10 @@ class GenerationStats:
     target_time: float = 0.0
     verify_time: float = 0.0
     total_time: float = 0.0
+    tree_nodes: int = 0
+    accepted_depths: list[int] = field(default_factory=list)
+    rank_reached: list[list[int]] = field(default_factory=list)
+    rank_accepted: list[list[int]] = field(default_factory=list)
 
     # ------------------------------------------------------------------------------ derived
     @property
@@ -78,6 +87,17 @@ class GenerationStats:
         return self.new_tokens / self.row_steps if self.row_steps else 0.0
 
     @property
+    def tokens_per_target_call(self) -> float:
+        """Tokens emitted per target call (all rows together)."""
+        return self.new_tokens / self.target_calls if self.target_calls else 0.0
+
+    @property
+    def rank_acceptance(self) -> list[list[float]]:
+        """Measured conditional acceptance per (depth, sibling rank) (0 where never verified)."""
+        return [[a / r if r else 0.0 for a, r in zip(acc, rea)]
+                for acc, rea in zip(self.rank_accepted, self.rank_reached)]
+
+    @property
     def tokens_per_second(self) -> float:
         return self.new_tokens / self.total_time if self.total_time > 0 else 0.0
 
@@ -85,7 +105,7 @@ class GenerationStats:
         """Plain-JSON form with the derived quantities included."""
         d = asdict(self)
         for name in ("acceptance_rate", "per_position_acceptance", "mean_accepted_per_step",
-                     "mean_tokens_per_step", "tokens_per_second"):
+                     "mean_tokens_per_step", "tokens_per_second", "tokens_per_target_call", "rank_acceptance"):
             d[name] = getattr(self, name)
         return d
 
@@ -100,14 +120,55 @@ class GenerationStats:
                 if f.name == "gamma_history":
                     mine.extend(theirs)
                 elif isinstance(mine, list):
-                    mine.extend([0] * (len(theirs) - len(mine)))
-                    for i, v in enumerate(theirs):
-                        mine[i] += v
+                    _add_into(mine, theirs)
                 else:
                     setattr(out, f.name, mine + theirs)
         return out
 
     # ------------------------------------------------------------------------------ updating
+    def record_tree(self, accepted: list[int], reached: list[list[tuple[int, int]]], nodes: int) -> None:
+        """Count one tree verification: per row its accepted path length and the (depth, rank) pairs it
+        verified, with the accepted ones last in each depth (see rank_reached); `nodes` verified in all."""
+        self.tree_nodes += nodes
+        for a, pairs in zip(accepted, reached):
+            _bump(self.accepted_depths, a)
+            for d, r, ok in pairs:
+                while len(self.rank_reached) <= d:
+                    self.rank_reached.append([])
+                    self.rank_accepted.append([])
+                _bump(self.rank_reached[d], r)
+                _bump(self.rank_accepted[d], r, int(ok))
+
+    def smoothed_rank_acceptance(self, max_depth: int, prior_weight: float = 2.0, prior=None,
+                                 default_side: float = 0.3) -> list[list[float]]:
+        """Acceptance per (depth, rank) for planning trees, shrunk towards `prior[d][r]` (earlier runs;
+        the last row/column repeats) or, without one, towards the rate pooled over depths for that rank
+        (rank 0 starts from the chain's pooled rate, later ranks from `default_side`)."""
+        ranks = max([len(r) for r in self.rank_reached] + [len(p) for p in (prior or [])] + [4])
+        pooled = []
+        for r in range(ranks):
+            a = sum(row[r] for row in self.rank_accepted if r < len(row))
+            n = sum(row[r] for row in self.rank_reached if r < len(row))
+            if r == 0:
+                a += sum(self.position_accepted)
+                n += sum(self.position_drafted)
+            base = (a + 1.0) / (n + 2.0) if r == 0 else (a + prior_weight * default_side) / (n + prior_weight)
+            pooled.append(base)
+        out = []
+        for d in range(max_depth):
+            row = []
+            for r in range(ranks):
+                n = self.rank_reached[d][r] if d < len(self.rank_reached) and r < len(self.rank_reached[d]) else 0
+                a = self.rank_accepted[d][r] if d < len(self.rank_accepted) and r < len(self.rank_accepted[d]) else 0
+                if prior:
+                    pr = prior[min(d, len(prior) - 1)]
+                    target = pr[min(r, len(pr) - 1)]
+                else:
+                    target = pooled[r]
+                row.append((a + prior_weight * target) / (n + prior_weight))
+            out.append(row)
+        return out
+
     def record_step(self, draft_lengths: torch.Tensor, accepted: torch.Tensor, fed: int | None = None) -> None:
         """Count one verification: `draft_lengths [B]`, `accepted [B]` (int64) for the rows taking part;
         `fed`: positions the target call was fed (default: the longest draft + 1)."""
@@ -151,3 +212,20 @@ class GenerationStats:
             target = prior[min(i, len(prior) - 1)] if prior else pooled
             out.append((a + prior_weight * target) / (d + prior_weight))
         return out
+
+
+def _bump(counts: list[int], i: int, by: int = 1) -> None:
+    if i >= len(counts):
+        counts.extend([0] * (i + 1 - len(counts)))
+    counts[i] += by
+
+
+def _add_into(mine: list, theirs: list) -> None:
+    """Element-wise mine += theirs for (nested) count lists of any lengths."""
+    for i, v in enumerate(theirs):
+        if i >= len(mine):
+            mine.append([] if isinstance(v, list) else 0)
+        if isinstance(v, list):
+            _add_into(mine[i], v)
+        else:
+            mine[i] += v
