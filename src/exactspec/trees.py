@@ -36,7 +36,7 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 DYNAMIC_WIDTH, DYNAMIC_BRANCH, DYNAMIC_MAX_DEPTH = 3, 3, 6
-AUTO_MAX_NODES, AUTO_REPLAN_EVERY = 16, 4
+AUTO_MAX_NODES, AUTO_MAX_DEPTH, AUTO_MAX_BRANCH, AUTO_REPLAN_EVERY = 16, 8, 4, 4
 
 
 def parse_tree(tree):
@@ -119,7 +119,7 @@ class TreeStepper:
         multi-round rule (:func:`exactspec.candidates.verify_candidates`, the rule ``verify_tree`` applies
         node by node) over its children in rank order; accepted -> descend, else the row emits the residual
         sample; at a leaf (no candidates) it emits a bonus token from p. Rows may have different trees."""
-        scheme = "deterministic" if self.spec.greedy else "without_replacement"
+        scheme = "without_replacement"
         b, n = tree.tokens.shape
         dev = p.device
         ok = tree.tokens >= 0
@@ -138,11 +138,15 @@ class TreeStepper:
             ch = kids[rows, node[rows] + 1]  # [A, C] node ids, -1 = none
             cand = torch.where(ch >= 0, tree.tokens[rows[:, None], ch.clamp(min=0)], torch.full_like(ch, -1))
             pr = p[rows, node[rows] + 1]
-            q = None if tree.q is None else tree.q[rows, node[rows] + 1]
-            if q is not None:  # a leaf was never fed to the draft: no q, and no candidate reads one
-                q = torch.where((ch[:, :1] >= 0), q, pr)
-            a, t = verify_candidates(pr, q, cand, scheme=scheme,
-                                     generator=self.spec.generator)
+            if self.spec.greedy:  # the rule on one-hot p: accept the child that is p's argmax, else emit it
+                top = pr.argmax(-1)  # [A]
+                hit = cand == top[:, None]  # greedy siblings are distinct: at most one hit
+                a = torch.where(hit.any(1), hit.long().argmax(1), torch.full_like(top, -1))
+                t = top
+            else:
+                q = tree.q[rows, node[rows] + 1]
+                q = torch.where((ch[:, :1] >= 0), q, pr)  # a leaf was never fed to the draft: no q is read
+                a, t = verify_candidates(pr, q, cand, scheme=scheme, generator=self.spec.generator)
             acc = a >= 0
             nxt[rows[~acc]] = t[~acc]
             down = rows[acc]
@@ -193,8 +197,9 @@ class TreePlanner:
 
     def next_plan(self, stats):
         if self.plan is None or stats.target_calls - self.planned_at >= AUTO_REPLAN_EVERY:
-            acc = stats.smoothed_rank_acceptance(self.max_nodes, prior=self.prior)
-            self.tree = optimal_tree(acc, self.cost_fn(stats), self.max_nodes)
+            acc = stats.smoothed_rank_acceptance(AUTO_MAX_DEPTH, prior=self.prior)
+            self.tree = optimal_tree(acc, self.cost_fn(stats), self.max_nodes, max_depth=AUTO_MAX_DEPTH,
+                                     max_branch=AUTO_MAX_BRANCH)
             self.plan, self.planned_at = ("static", list(self.tree.parents)), stats.target_calls
         return self.plan
 
@@ -313,7 +318,7 @@ def run_tree(gen, ids, mask, max_new, spec, tree, eos, pad, prior_key=()):
         stats.verify_time += time.perf_counter() - t3
     if planner is not None and stats.tree_nodes:
         gen._alpha_priors[("tree",) + prior_key] = stats.smoothed_rank_acceptance(
-            AUTO_MAX_NODES, prior=planner.prior)
+            AUTO_MAX_DEPTH, prior=planner.prior)
     new_len = int(n_gen.max()) if b else 0
     stats.new_tokens = int(n_gen.sum())
     stats.total_time = time.perf_counter() - t_start - suspended

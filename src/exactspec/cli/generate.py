@@ -28,6 +28,9 @@ def register(subparsers) -> None:
     p.add_argument("--ngram", type=int, default=3, metavar="N",
                    help="longest n-gram --prompt-lookup matches (tries N down to 1; default 3)")
     p.add_argument("--gamma", default="4", help="draft tokens per step, or 'auto' (default 4)")
+    p.add_argument("--tree", metavar="B1,B2,..|N|auto",
+                   help="tree speculation instead of a chain (needs a draft model): branching factors per "
+                        "depth (3,2,1,1), a dynamic tree of N nodes, or auto; replaces --gamma")
     p.add_argument("--method", default="token", choices=("token", "block", "greedy"),
                    help="verification rule (default token)")
     p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature; 0 = greedy")
@@ -71,6 +74,12 @@ def stats_table(stats):
         ("accepted draft tokens / step (no bonus)", f"{stats.mean_accepted_per_step:.3f}"),
         ("tokens / step (with bonus)", f"{stats.mean_tokens_per_step:.3f}"),
         ("gamma used", " ".join(str(g) for g in sorted(set(stats.gamma_history))) or "-"),
+        *([("tokens / target call", f"{stats.tokens_per_target_call:.3f}"),
+           ("tree nodes verified", f"{stats.tree_nodes}"),
+           ("accepted depth histogram", " ".join(str(c) for c in stats.accepted_depths)),
+           ("acceptance per (depth, rank)", " | ".join(" ".join(f"{a:.2f}" for a in row)
+                                                       for row in stats.rank_acceptance))]
+          if stats.tree_nodes else []),
         ("new tokens", f"{stats.new_tokens}"),
         ("time: prefill / draft / target / verify",
          f"{stats.prefill_time:.3f} / {stats.draft_time:.3f} / {stats.target_time:.3f} / "
@@ -86,12 +95,15 @@ def run(args) -> int:
     from rich.console import Console
     from rich.text import Text
 
-    from exactspec.cli import parse_gamma
+    from exactspec.cli import parse_gamma, parse_tree
     from exactspec.decoding import SpeculativeGenerator
     from exactspec.drafters import PromptLookupDrafter
     from exactspec.text import styled_pieces, token_kinds
 
     gamma = parse_gamma(args.gamma)
+    tree = parse_tree(args.tree)
+    if tree is not None and args.prompt_lookup:
+        raise ValueError("--tree needs a draft model; --prompt-lookup drafts chains")
     if args.max_new_tokens < 0:
         raise ValueError(f"--max-new-tokens must be >= 0, got {args.max_new_tokens}")
     if args.ngram < 1:
@@ -110,7 +122,8 @@ def run(args) -> int:
     stream = gen.stream(enc["input_ids"], enc["attention_mask"], max_new_tokens=args.max_new_tokens,
                         do_sample=args.temperature > 0, temperature=args.temperature, top_k=args.top_k,
                         top_p=args.top_p, gamma=gamma, method=args.method,
-                        eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, seed=args.seed)
+                        eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, seed=args.seed,
+                        tree=tree)
     console = Console(highlight=False)
     single = len(args.prompts) == 1 and not args.json
     ids = [[] for _ in args.prompts]
@@ -133,7 +146,7 @@ def run(args) -> int:
         print(json.dumps({"text": texts[0] if len(texts) == 1 else None, "texts": texts,
                           "prompts": args.prompts, "token_ids": ids, "from_draft": flags,
                           "stats": out.stats.to_dict(),
-                          "config": {"gamma": args.gamma, "method": args.method, "temperature": args.temperature,
+                          "config": {"gamma": args.gamma, "tree": args.tree, "method": args.method, "temperature": args.temperature,
                                      "top_k": args.top_k, "top_p": args.top_p, "seed": args.seed,
                                      "max_new_tokens": args.max_new_tokens,
                                      "drafter": "prompt_lookup" if draft is None else "model"}}))
