@@ -53,3 +53,18 @@ def test_tree_sampling_matches_exact_target_distribution(case):
         assert joint.reshape(-1)[flat].min() > 0, "a token of probability 0 was generated"
         p = chi2_pvalue(samples, joint)
         assert p > 1e-3, f"{case} prompt {prompt}: chi-square p = {p:.2e}"
+
+
+def test_chi_square_detects_the_wrong_residuals_for_siblings(monkeypatch):
+    """Verifying without-replacement siblings as if they were i.i.d. draws (the wrong residual) must fail
+    the same test: it has the power to see a tree-specific error."""
+    import exactspec.trees as trees
+
+    real = trees.verify_candidates
+    monkeypatch.setattr(trees, "verify_candidates", lambda *a, **k: real(*a, **{**k, "scheme": "iid"}))
+    target, draft = _lm(0), _lm(1)
+    ids, mask = left_padded([PROMPTS[0]] * ROWS)
+    out = SpeculativeGenerator(target, draft).generate(ids, mask, max_new_tokens=3, tree=(4, 3), seed=4321,
+                                                        eos_token_id=[], pad_token_id=0)
+    samples = out.sequences[:, ids.shape[1]:].numpy()
+    assert chi2_pvalue(samples, exact_joint(target, PROMPTS[0], {})) < 1e-6

@@ -41,6 +41,7 @@ class BenchConfig:
     repeats: int = 3
     seed: int = 0
     systems: list[str] | None = None
+    trees: tuple = ("auto",)  # tree speculation systems: branching tuples, node budgets, "auto"
 
 
 @dataclass
@@ -140,12 +141,37 @@ def build_systems(target, draft, tokenizer, cfg: BenchConfig, cost_model) -> dic
         "exactspec token (γ=auto)": ours(with_draft, gamma="auto", method="token"),
         f"exactspec prompt lookup (γ={gamma_n})": ours(lookup, gamma=gamma_n, method="token"),
     }
+    for tree in cfg.trees:
+        systems[tree_system_name(tree)] = ours(with_draft, tree=tree)
     if cfg.batch_size > 1:  # HF assisted generation only supports batch size 1
         systems = {k: v for k, v in systems.items() if not k.startswith("HF assisted")}
     if cfg.systems:
         systems = {k: v for k, v in systems.items() if any(s.lower() in k.lower() for s in cfg.systems)}
         systems.setdefault(BASELINE, hf)
     return systems
+
+
+def tree_system_name(tree) -> str:
+    """"exactspec tree (3,2,1,1)", "exactspec tree (n=12)" (dynamic) or "exactspec tree (auto)"."""
+    label = ",".join(map(str, tree)) if isinstance(tree, tuple) else f"n={tree}" if isinstance(tree, int) else tree
+    return f"exactspec tree ({label})"
+
+
+def _tree_predicted(stats, cost_model, prefill: dict | None, name: str) -> float | None:
+    """A tree run priced by the cost model: its tokens per step (the acceptance it met) over a step of the
+    run's mean draft calls and mean verified width (t_draft per call, T_target(width), overhead)."""
+    if not stats.target_calls or not stats.row_steps:
+        return None
+    e = stats.mean_tokens_per_step
+    calls = stats.draft_calls / stats.target_calls
+    width = stats.target_positions / stats.target_calls
+    step = calls * cost_model.t_draft + (cost_model.t_draft_cold if calls else 0.0) + \
+        cost_model.t_target(width) + cost_model.t_overhead
+    t1 = cost_model.t_target(1)
+    if prefill is None:
+        return e * t1 / step
+    n = prefill["n_tokens"]
+    return (prefill["plain"] + (n - 1) * t1) / (prefill[name] + n / e * step)
 
 
 def predicted_speedup(name: str, stats, cost_model, prefill: dict | None = None) -> float | None:
@@ -156,6 +182,8 @@ def predicted_speedup(name: str, stats, cost_model, prefill: dict | None = None)
     `cost_model` is then that system's calibrated model, used as is."""
     from exactspec.speedup import end_to_end_speedup, mixed_length_speedup
 
+    if name.startswith("exactspec tree"):
+        return _tree_predicted(stats, cost_model, prefill, name)
     alphas = [a / d for a, d in zip(stats.position_accepted, stats.position_drafted) if d]
     if not alphas or not sum(stats.length_counts):
         return None
@@ -256,6 +284,7 @@ def _report(results: dict[str, SystemResult], cfg: BenchConfig, cost_model, loop
             "acceptance_rate": st.acceptance_rate if st else None,
             "mean_accepted_per_step": st.mean_accepted_per_step if st else None,
             "mean_tokens_per_step": st.mean_tokens_per_step if st else None,
+            "tokens_per_target_call": st.tokens_per_target_call if st else None,
             "per_position_acceptance": [a / d if d else None for a, d in
                                         zip(st.position_accepted, st.position_drafted)] if st else [],
             "length_counts": st.length_counts if st else [],

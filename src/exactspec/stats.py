@@ -40,6 +40,7 @@ class GenerationStats:
         accepted_depths[a]: row-steps whose accepted path had a nodes (tree speculation).
         rank_reached[d][r] / rank_accepted[d][r]: row-steps in which the sibling of rank r at depth d + 1
             was verified (its parent accepted, the lower ranks rejected) / accepted.
+        tree_history: the tree drafted at each step (treemath.tree_label: children per node by depth).
     """
 
     target_calls: int = 0
@@ -64,6 +65,7 @@ class GenerationStats:
     accepted_depths: list[int] = field(default_factory=list)
     rank_reached: list[list[int]] = field(default_factory=list)
     rank_accepted: list[list[int]] = field(default_factory=list)
+    tree_history: list[str] = field(default_factory=list)
 
     # ------------------------------------------------------------------------------ derived
     @property
@@ -117,7 +119,7 @@ class GenerationStats:
         for run in runs:
             for f in fields(cls):
                 mine, theirs = getattr(out, f.name), getattr(run, f.name)
-                if f.name == "gamma_history":
+                if f.name in ("gamma_history", "tree_history"):
                     mine.extend(theirs)
                 elif isinstance(mine, list):
                     _add_into(mine, theirs)

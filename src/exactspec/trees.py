@@ -26,7 +26,7 @@ import torch
 from exactspec.cache import left_pack
 from exactspec.candidates import verify_candidates
 from exactspec.treedraft import ancestors, draft_tree
-from exactspec.treemath import optimal_tree, shape_parents
+from exactspec.treemath import optimal_tree, shape_parents, tree_label
 
 __all__ = ["parse_tree", "TreeStepper", "TreePlanner", "run_tree"]
 
@@ -36,6 +36,7 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 DYNAMIC_WIDTH, DYNAMIC_BRANCH, DYNAMIC_MAX_DEPTH = 3, 3, 6
+SIDE_PRIOR = 0.3  # acceptance of a sibling of rank >= 1 before any was measured
 AUTO_MAX_NODES, AUTO_MAX_DEPTH, AUTO_MAX_BRANCH, AUTO_REPLAN_EVERY = 16, 8, 4, 4
 
 
@@ -204,6 +205,14 @@ class TreePlanner:
         return self.plan
 
 
+def _label(tree) -> str:
+    """The tree of row 0 (all rows share a static tree's shape)."""
+    if tree is None:
+        return ""
+    ok = tree.tokens[0] >= 0
+    return tree_label(tree.parents[0][ok].tolist())
+
+
 def verified_pairs(tree, path: torch.Tensor, accepted: torch.Tensor) -> list[list[tuple[int, int, bool]]]:
     """Per row, the (depth index, rank, accepted) of every sibling verification the walk made."""
     out = []
@@ -247,7 +256,11 @@ def run_tree(gen, ids, mask, max_new, spec, tree, eos, pad, prior_key=()):
         def cost(st):
             cm = gen._cost_model(b)
             return cm.calibrate(st) if gen.calibrate and st.target_calls >= 4 else cm
-        planner = TreePlanner(cost, prior=gen._alpha_priors.get(("tree",) + prior_key))
+        prior = gen._alpha_priors.get(("tree",) + prior_key)
+        chain = gen._alpha_priors.get(prior_key)
+        if prior is None and chain:  # first tree run after chain runs: their per-position rates for rank 0
+            prior = [[a, SIDE_PRIOR] for a in chain[:AUTO_MAX_DEPTH]]
+        planner = TreePlanner(cost, prior=prior)
     else:
         plan = plan_of(tree)
     if max_new > 0:
@@ -286,6 +299,7 @@ def run_tree(gen, ids, mask, max_new, spec, tree, eos, pad, prior_key=()):
         stats.record_tree(n.tolist(), verified_pairs(dtree, path, n),
                           0 if dtree is None else int((dtree.tokens >= 0).sum()))
         stats.gamma_history.append(calls)
+        stats.tree_history.append(_label(dtree))
         write = pos < count[:, None]
         rows = active[:, None].expand_as(write)[write]
         cols = (n_gen[active][:, None] + pos).expand_as(write)[write]

@@ -14,6 +14,9 @@ def register(sub) -> None:
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--gamma", default="4", help="draft length N or 'auto' (default 4)")
+    p.add_argument("--tree", default="auto", metavar="T1;T2;..",
+                   help="tree speculation systems, ';'-separated: branching factors 3,2,1,1, a node budget N, "
+                        "auto; 'none' for no tree system (default auto)")
     p.add_argument("--batch-size", type=int, default=1)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
@@ -41,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.progress import Progress
 
     from exactspec.bench import BenchConfig, run_bench
-    from exactspec.cli import parse_gamma
+    from exactspec.cli import parse_gamma, parse_tree
     from exactspec.demo import demo_prompts
     from exactspec.report import bench_markdown, write_bench
 
@@ -62,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
     prompts = prompts[: args.num_prompts]
     cfg = BenchConfig(prompts=prompts, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                       gamma=parse_gamma(args.gamma), batch_size=args.batch_size, repeats=args.repeats, seed=args.seed,
-                      systems=args.systems.split(",") if args.systems else None)
+                      systems=args.systems.split(",") if args.systems else None,
+                      trees=() if args.tree == "none" else tuple(parse_tree(t) for t in args.tree.split(";") if t))
     console = Console(stderr=args.json)
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("benchmarking (cost model, warm-up, then interleaved runs)", total=None)
