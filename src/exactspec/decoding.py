@@ -28,6 +28,7 @@ from exactspec.cache import SlotCache
 from exactspec.drafters import DraftModelDrafter, PromptLookupDrafter, SamplingSpec
 from exactspec.stats import GenerationStats
 from exactspec.rules import verify
+from exactspec.trees import parse_tree, run_tree
 
 __all__ = ["SpeculativeGenerator", "GenerationOutput", "StreamStep", "GenerationStream"]
 
@@ -106,15 +107,6 @@ def _max_positions(model) -> int | None:
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":  # honest timings need the queued kernels finished
         torch.cuda.synchronize(device)
-
-
-def _parse_tree(tree, draft):
-    from exactspec.trees import parse_tree
-
-    tree = parse_tree(tree)
-    if tree is not None and draft is None:
-        raise ValueError("tree speculation needs a draft model (draft=...); a model-free drafter drafts chains")
-    return tree
 
 
 def _as_id_list(x) -> list[int]:
@@ -220,7 +212,7 @@ class SpeculativeGenerator:
         """
         cfg = self._check_args(input_ids, attention_mask, max_new_tokens, do_sample, temperature, top_k,
                                top_p, gamma, method, eos_token_id, pad_token_id, seed)
-        cfg["tree"] = _parse_tree(tree, self.draft)
+        cfg["tree"] = parse_tree(tree, has_draft=self.draft is not None)
         return GenerationStream(self._run(**cfg))
 
     # ------------------------------------------------------------------------------ validation
@@ -311,8 +303,7 @@ class SpeculativeGenerator:
         device, (b, p) = ids.device, ids.shape
         stats = GenerationStats()
         prior_key = (spec.greedy, spec.temperature, spec.top_k, spec.top_p, method)
-        if tree is not None:  # tree speculation: exactspec.trees runs the steps (one call per step there)
-            from exactspec.trees import run_tree
+        if tree is not None:  # tree speculation: exactspec.trees runs the steps (TreeStepper.step / commit)
             return (yield from run_tree(self, ids, mask, max_new, spec, tree, eos, pad, prior_key))
         out = torch.full((b, max_new), pad, dtype=torch.long, device=device)  # [B, max_new]
         from_draft = torch.zeros(b, max_new, dtype=torch.bool, device=device)

@@ -40,9 +40,11 @@ SIDE_PRIOR = 0.3  # acceptance of a sibling of rank >= 1 before any was measured
 AUTO_MAX_NODES, AUTO_MAX_DEPTH, AUTO_MAX_BRANCH, AUTO_REPLAN_EVERY = 16, 8, 4, 4
 
 
-def parse_tree(tree):
+def parse_tree(tree, has_draft: bool = True):
     """Validate ``tree``: None, a tuple of branching factors >= 1, an int node budget >= 1, or "auto"."""
-    if tree is None or tree == "auto":
+    if tree is not None and not has_draft:
+        raise ValueError("tree speculation needs a draft model (draft=...); a model-free drafter drafts chains")
+    if tree is None or (isinstance(tree, str) and tree == "auto"):
         return tree
     if isinstance(tree, bool):
         raise ValueError(f"tree must be None, a tuple of branching factors, an int node budget or 'auto', "
@@ -104,6 +106,7 @@ class TreeStepper:
         p = self.spec.probs(logits)
         if tree is None:
             nxt = self.spec.sample(p[:, 0])
+            self.bonus = torch.ones_like(nxt, dtype=torch.bool)
             path = torch.zeros(b, 0, dtype=torch.long, device=pending.device)
         else:
             path, nxt = self._verify(tree, p)
@@ -134,6 +137,7 @@ class TreeStepper:
         path = torch.full((b, d), -1, dtype=torch.long, device=dev)
         nxt = torch.zeros(b, dtype=torch.long, device=dev)
         node = torch.full((b,), -1, dtype=torch.long, device=dev)
+        self.bonus = torch.zeros(b, dtype=torch.bool, device=dev)
         rows = torch.arange(b, device=dev)
         for depth in range(d + 1):
             ch = kids[rows, node[rows] + 1]  # [A, C] node ids, -1 = none
@@ -150,6 +154,7 @@ class TreeStepper:
                 a, t = verify_candidates(pr, q, cand, scheme=scheme, generator=self.spec.generator)
             acc = a >= 0
             nxt[rows[~acc]] = t[~acc]
+            self.bonus[rows[~acc]] = (ch[~acc] < 0).all(1)  # no candidates: a leaf, the token is a bonus
             down = rows[acc]
             if depth < d:
                 node[down] = ch[acc, a[acc]]
@@ -317,7 +322,9 @@ def run_tree(gen, ids, mask, max_new, spec, tree, eos, pad, prior_key=()):
         yield StreamStep(rows=active.tolist(),
                          tokens=[r[:c] for r, c in zip(emitted.tolist(), count.tolist())],
                          from_draft=[[i < nb for i in range(c)] for nb, c in zip(n.tolist(), count.tolist())],
-                         finished=done.tolist(), gamma=calls, drafted=depth.tolist())
+                         finished=done.tolist(), gamma=calls,
+                         # "all drafts kept" <=> the path ended at a leaf: its last token is a bonus token
+                         drafted=torch.where(stepper.bonus, n, torch.maximum(depth, n + 1)).tolist())
         t3 = time.perf_counter()
         suspended += t3 - t_out
         keep = ~done
