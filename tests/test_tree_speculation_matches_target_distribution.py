@@ -68,3 +68,27 @@ def test_chi_square_detects_the_wrong_residuals_for_siblings(monkeypatch):
                                                         eos_token_id=[], pad_token_id=0)
     samples = out.sequences[:, ids.shape[1]:].numpy()
     assert chi2_pvalue(samples, exact_joint(target, PROMPTS[0], {})) < 1e-6
+
+
+def test_tokens_after_several_tree_steps_keep_the_target_distribution():
+    """Six new tokens with a small dynamic tree take several steps: side branches accepted, caches moved
+    into place, ragged depths, rows leaving the batch; the joint law of the 5th and 6th tokens still
+    matches the enumerated target."""
+    import numpy as np
+    from scipy import stats
+
+    target, draft = _lm(0), _lm(1)
+    ids, mask = left_padded([PROMPTS[0]] * 3000 + [PROMPTS[1]] * 3000)
+    out = SpeculativeGenerator(target, draft).generate(ids, mask, max_new_tokens=6, tree=4, seed=77,
+                                                       eos_token_id=[], pad_token_id=0)
+    new = out.sequences[:, ids.shape[1]:].numpy()
+    assert out.stats.target_calls >= 3
+    for i, prompt in enumerate(PROMPTS):
+        pair_law = exact_joint(target, prompt, {}, n_new=6).sum(axis=(0, 1, 2, 3))  # [V, V]: (x5, x6)
+        samples = new[i * 3000:(i + 1) * 3000, 4:6]
+        obs = np.bincount(samples[:, 0] * 8 + samples[:, 1], minlength=64).astype(float)
+        exp = pair_law.reshape(-1) * len(samples)
+        big = exp >= 5
+        obs_b, exp_b = np.append(obs[big], obs[~big].sum()), np.append(exp[big], exp[~big].sum())
+        p = float(stats.chisquare(obs_b, exp_b * obs_b.sum() / exp_b.sum()).pvalue)
+        assert p > 1e-3, f"prompt {prompt}: chi-square p = {p:.2e}"

@@ -63,7 +63,8 @@ def parse_tree(tree, has_draft: bool = True):
 def plan_of(tree) -> tuple:
     """The drafting plan for a parsed static or dynamic ``tree``."""
     if isinstance(tree, int):
-        return ("dynamic", tree, DYNAMIC_WIDTH, DYNAMIC_BRANCH, min(DYNAMIC_MAX_DEPTH, tree))
+        # Each depth is one draft call: a small budget spread over 6 depths pays for calls it cannot fill.
+        return ("dynamic", tree, DYNAMIC_WIDTH, DYNAMIC_BRANCH, min(DYNAMIC_MAX_DEPTH, tree // 2 + 1))
     return ("static", shape_parents(tree))
 
 
