@@ -152,7 +152,8 @@ class TreeStepper:
             else:
                 q = tree.q[rows, node[rows] + 1]
                 q = torch.where((ch[:, :1] >= 0), q, pr)  # a leaf was never fed to the draft: no q is read
-                a, t = verify_candidates(pr, q, cand, scheme=scheme, generator=self.spec.generator)
+                # p and q come from spec.probs and every candidate was drawn from q: skip the input checks
+                a, t = verify_candidates(pr, q, cand, scheme=scheme, generator=self.spec.generator, checks="none")
             acc = a >= 0
             nxt[rows[~acc]] = t[~acc]
             self.bonus[rows[~acc]] = (ch[~acc] < 0).all(1)  # no candidates: a leaf, the token is a bonus
