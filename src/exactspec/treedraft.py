@@ -89,6 +89,14 @@ def _children(logits: torch.Tensor, count: int, spec) -> tuple:
     return torch.where(ok, tok, torch.full_like(tok, -1)), torch.where(ok, proxy, -torch.ones_like(proxy)), q
 
 
+def _at(x: torch.Tensor, idx: torch.Tensor, root) -> torch.Tensor:
+    """x[b, idx[b, j]] per row, and `root` where idx is -1 (the root, which has no entry in x)."""
+    if x.shape[1] == 0:
+        return torch.full(idx.shape, root, dtype=x.dtype, device=idx.device)
+    fill = torch.full((), root, dtype=x.dtype, device=idx.device)
+    return torch.where(idx >= 0, x.gather(1, idx.clamp(min=0)), fill)
+
+
 class _Builder:
     """Nodes created so far, per row (arrays [B, n] grown depth by depth), and the draft cache feeding."""
 
@@ -155,14 +163,11 @@ class _Builder:
         jj = torch.tensor([j for j, _ in keep], device=self.dev)
         rr = torch.tensor([r for _, r in keep], device=self.dev)
         par = parent_nodes[:, jj]
-        par_ok = torch.where(par >= 0, self.tokens.gather(1, par.clamp(min=0)) >= 0 if self.tokens.shape[1]
-                             else torch.ones_like(par, dtype=torch.bool), torch.ones_like(par, dtype=torch.bool))
-        new_tok = torch.where(par_ok, tok[:, jj, rr], torch.full_like(par, -1))  # an invalid node's children too
-        par_score = torch.where(par >= 0, self.score.gather(1, par.clamp(min=0)) if self.score.shape[1]
-                                else torch.ones(par.shape, device=self.dev), torch.ones(par.shape, device=self.dev))
-        new_score = torch.where(new_tok >= 0, par_score * proxy[:, jj, rr], -torch.ones_like(par_score))
-        par_depth = torch.where(par >= 0, self.depth.gather(1, par.clamp(min=0)) if self.depth.shape[1]
-                                else torch.zeros_like(par), torch.zeros_like(par))
+        par_ok = _at(self.tokens, par, 0) >= 0  # an empty node's children are empty too
+        new_tok = torch.where(par_ok, tok[:, jj, rr], torch.full_like(par, -1))
+        score = _at(self.score, par, 1.0) * proxy[:, jj, rr]
+        new_score = torch.where(new_tok >= 0, score, -torch.ones_like(score))
+        par_depth = _at(self.depth, par, 0)
         self.tokens = torch.cat([self.tokens, new_tok], 1)
         self.parents = torch.cat([self.parents, par], 1)
         self.depth = torch.cat([self.depth, par_depth + 1], 1)
@@ -180,8 +185,8 @@ class _Builder:
             remap[:, 1:].scatter_(1, select, torch.arange(select.shape[1], device=self.dev).expand(self.b, -1))
             t, d, r, s = (x.gather(1, select) for x in (self.tokens, self.depth, self.rank, self.dslot))
             p = remap.gather(1, self.parents.gather(1, select) + 1)
-            qsel = None if self.q is None else self.q.gather(
-                1, torch.cat([torch.zeros_like(select[:, :1]), select + 1], 1)[:, :, None].expand(-1, -1, self.q.shape[2]))
+            rows = torch.cat([torch.zeros_like(select[:, :1]), select + 1], 1)  # the root's q, then the nodes'
+            qsel = None if self.q is None else self.q.gather(1, rows[:, :, None].expand(-1, -1, self.q.shape[2]))
         if qsel is not None:
             qsel = qsel[:, : t.shape[1] + 1]
         return DraftTree(t, p, d, r, qsel, s, self.base, shared)

@@ -93,7 +93,9 @@ class TreeStepper:
         n = 0 if tree is None else tree.num_nodes
         tokens = pending[:, None] if tree is None else torch.cat([pending[:, None], tree.tokens], 1)
         valid = tokens >= 0
-        depth = torch.zeros_like(tokens) if tree is None else torch.cat([torch.zeros_like(pending[:, None]), tree.depth], 1)
+        depth = torch.zeros_like(tokens)  # [B, N+1]: the pending token at depth 0, node i at its depth
+        if tree is not None:
+            depth[:, 1:] = tree.depth
         attend_new = torch.zeros(b, n + 1, n + 1, dtype=torch.bool, device=pending.device)
         attend_new[:, :, 0] = True  # everyone sees the pending token
         if tree is not None:
