@@ -27,6 +27,13 @@ def test_tree_needs_a_draft_model():
         gen.generate(torch.tensor([[1, 2, 3]]), max_new_tokens=2, tree=(2, 1))
 
 
+def test_block_method_is_refused_for_trees():
+    target = tiny_lm("llama")
+    gen = SpeculativeGenerator(target, noisy_copy(target, 0.1))
+    with pytest.raises(ValueError, match="method='block'"):
+        gen.generate(torch.tensor([[1, 2, 3]]), max_new_tokens=2, tree=(2, 1), method="block")
+
+
 def test_tree_stats_merge_and_count_per_depth_and_rank():
     target = tiny_lm("llama")
     gen = SpeculativeGenerator(target, noisy_copy(target, 0.2))

@@ -212,7 +212,7 @@ class SpeculativeGenerator:
         """
         cfg = self._check_args(input_ids, attention_mask, max_new_tokens, do_sample, temperature, top_k,
                                top_p, gamma, method, eos_token_id, pad_token_id, seed)
-        cfg["tree"] = parse_tree(tree, has_draft=self.draft is not None)
+        cfg["tree"] = parse_tree(tree, has_draft=self.draft is not None, method=method)
         return GenerationStream(self._run(**cfg))
 
     # ------------------------------------------------------------------------------ validation

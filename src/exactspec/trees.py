@@ -40,10 +40,14 @@ SIDE_PRIOR = 0.3  # acceptance of a sibling of rank >= 1 before any was measured
 AUTO_MAX_NODES, AUTO_MAX_DEPTH, AUTO_MAX_BRANCH, AUTO_REPLAN_EVERY = 16, 8, 4, 4
 
 
-def parse_tree(tree, has_draft: bool = True):
-    """Validate ``tree``: None, a tuple of branching factors >= 1, an int node budget >= 1, or "auto"."""
+def parse_tree(tree, has_draft: bool = True, method: str = "token"):
+    """Validate ``tree``: None, a tuple of branching factors >= 1, an int node budget >= 1, or "auto".
+    Trees are verified by the multi-round rule (the token rule per sibling), so method="block" is refused."""
     if tree is not None and not has_draft:
         raise ValueError("tree speculation needs a draft model (draft=...); a model-free drafter drafts chains")
+    if tree is not None and method == "block":
+        raise ValueError("method='block' verifies chains only; tree speculation uses the multi-round token "
+                         "rule (method='token' or 'greedy')")
     if tree is None or (isinstance(tree, str) and tree == "auto"):
         return tree
     if isinstance(tree, bool):
