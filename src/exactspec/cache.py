@@ -156,6 +156,12 @@ class SlotCache:
         entries were computed with exactly the path as context and the path's positions, so they equal
         what a chain forward over the path would have cached. Nothing is recomputed."""
         idx = torch.where(keep, idx, torch.zeros_like(idx)).to(self.device)
+        w = idx.shape[1]
+        if bool((idx == torch.arange(w, device=self.device)).all()):  # a chain's path: already in place
+            if self.length - start > w:
+                self.cache.crop(-(self.length - start - w))
+            self.mask = torch.cat([self.mask[:, :start], keep.to(self.device).long()], 1)
+            return
         for layer in self.cache.layers:
             if not isinstance(layer, DynamicLayer) or not layer.is_initialized or layer.keys.numel() == 0:
                 continue
