@@ -6,7 +6,7 @@ Public API (imported lazily so that `exactspec explain` starts fast):
 - rules:      verify, Verdict, verify_logits (module `rules`, so that `exactspec.verify` is always the function)
 - candidates: verify_candidates, verify_tree, TokenTree
 - speedup:    acceptance_rate, expected_tokens, walltime_speedup, optimal_gamma,
-              speedup_limit, ops_factor, speculation_helps
+              speedup_limit, ops_factor, speculation_helps, expected_tokens_tree, optimal_tree
 - costmodel:  CostModel
 - acceptance: expected_accepted_token_rule, expected_accepted_block, multi_draft_acceptance
 - decoding:   SpeculativeGenerator
@@ -37,6 +37,8 @@ _EXPORTS = {
     "mixed_length_speedup": "speedup",
     "end_to_end_speedup": "speedup",
     "speculation_helps": "speedup",
+    "expected_tokens_tree": "treemath",
+    "optimal_tree": "treemath",
     "expected_accepted_token_rule": "acceptance",
     "expected_accepted_block": "acceptance",
     "multi_draft_acceptance": "acceptance",

@@ -49,13 +49,15 @@ class BenchConfig:
     seed: int = 0
     systems: list[str] | None = None
     gammas: tuple[int, ...] | None = None
+    trees: tuple = ("auto",)  # tree speculation systems: branching tuples, node budgets, "auto"
 
 
 @dataclass
 class System:
     """One benchmarked system. `kind`: "hf" (transformers generate), "loop" (our target-alone loop),
     "assisted" (transformers assisted generation) or "exactspec"; `drafter`: "model" or "prompt_lookup";
-    `run(input_ids, attention_mask, seed) -> (new tokens, GenerationStats or None)`."""
+    `tree`: set for tree speculation (replaces gamma); `run(input_ids, attention_mask, seed) -> (new tokens,
+    GenerationStats or None)`."""
 
     name: str
     kind: str
@@ -63,6 +65,7 @@ class System:
     gamma: int | str | None = None
     method: str | None = None
     drafter: str | None = None
+    tree: tuple | int | str | None = None  # tree speculation: branching factors, a node budget or "auto"
 
 
 def load_prompts(path: str | pathlib.Path) -> list[str]:
@@ -139,12 +142,13 @@ def _hf_kwargs(cfg: BenchConfig, tokenizer) -> dict:
     return kw
 
 
-def system_names(gamma_n: int, gammas=None) -> list[str]:
+def system_names(gamma_n: int, gammas=None, trees=()) -> list[str]:
     """Every system's name, in the order :func:`build_systems` runs them (all batch sizes)."""
     return [BASELINE, LOOP, f"HF assisted (γ={gamma_n})"] + \
         [f"exactspec token (γ={g})" for g in (gammas or (gamma_n,))] + \
         [f"exactspec block (γ={gamma_n})", "exactspec token (γ=auto)", "exactspec block (γ=auto)",
-         f"exactspec prompt lookup (γ={gamma_n})", "exactspec prompt lookup (γ=auto)"]
+         f"exactspec prompt lookup (γ={gamma_n})", "exactspec prompt lookup (γ=auto)"] + \
+        [tree_system_name(t) for t in trees]
 
 
 def build_systems(target, draft, tokenizer, cfg: BenchConfig, cost_model) -> dict[str, System]:
@@ -168,15 +172,16 @@ def build_systems(target, draft, tokenizer, cfg: BenchConfig, cost_model) -> dic
                                  temperature=cfg.temperature, seed=seed)
         return toks.numel(), None
 
-    def ours(name, gamma, method="token", drafter="model"):
+    def ours(name, gamma, method="token", drafter="model", tree=None):
         # One generator per system: gamma="auto" carries what it learns from run to run per generator.
         gen = SpeculativeGenerator(target, draft, cost_model=cost_model) if drafter == "model" else \
             SpeculativeGenerator(target, drafter="prompt_lookup")
 
         def run(ids, mask, seed):
-            out = gen.generate(ids, attention_mask=mask, seed=seed, gamma=gamma, method=method, **spec_kw)
+            out = gen.generate(ids, attention_mask=mask, seed=seed, method=method, **spec_kw,
+                               **({"tree": tree} if tree is not None else {"gamma": gamma}))
             return out.stats.new_tokens, out.stats
-        return System(name, "exactspec", run, gamma, method, drafter)
+        return System(name, "exactspec", run, gamma, method, drafter, tree)
 
     systems = [System(BASELINE, "hf", hf), System(LOOP, "loop", loop)]
     if cfg.batch_size == 1:  # HF assisted generation only supports batch size 1
@@ -189,9 +194,33 @@ def build_systems(target, draft, tokenizer, cfg: BenchConfig, cost_model) -> dic
                 ours("exactspec block (γ=auto)", "auto", "block"),
                 ours(f"exactspec prompt lookup (γ={gamma_n})", gamma_n, drafter="prompt_lookup"),
                 ours("exactspec prompt lookup (γ=auto)", "auto", drafter="prompt_lookup")]
+    systems += [ours(tree_system_name(t), None, tree=t) for t in cfg.trees]
     if cfg.systems:
         systems = [s for s in systems if s.kind == "hf" or any(x.lower() in s.name.lower() for x in cfg.systems)]
     return {s.name: s for s in systems}
+
+
+def tree_system_name(tree) -> str:
+    """"exactspec tree (3,2,1,1)", "exactspec tree (n=12)" (dynamic) or "exactspec tree (auto)"."""
+    label = ",".join(map(str, tree)) if isinstance(tree, tuple) else f"n={tree}" if isinstance(tree, int) else tree
+    return f"exactspec tree ({label})"
+
+
+def _tree_predicted(stats, cost_model, prefill: dict | None, name: str) -> float | None:
+    """A tree run priced by the cost model: its tokens per step (the acceptance it met) over a step of the
+    run's mean draft calls and mean verified width (t_draft per call, T_target(width), overhead)."""
+    if not stats.target_calls or not stats.row_steps:
+        return None
+    e = stats.mean_tokens_per_step
+    calls = stats.draft_calls / stats.target_calls
+    width = stats.target_positions / stats.target_calls
+    step = calls * cost_model.t_draft + (cost_model.t_draft_cold if calls else 0.0) + \
+        cost_model.t_target(width) + cost_model.t_overhead
+    t1 = cost_model.t_target(1)
+    if prefill is None:
+        return e * t1 / step
+    n = prefill["n_tokens"]
+    return (prefill["plain"] + (n - 1) * t1) / (prefill[name] + n / e * step)
 
 
 def predicted_speedup(system: System, stats, cost_model, prefill: dict | None = None,
@@ -201,6 +230,8 @@ def predicted_speedup(system: System, stats, cost_model, prefill: dict | None = 
     "n_tokens": per row}), `cost_model` then being that system's calibrated model, used as is."""
     from exactspec.speedup import predict
 
+    if system.tree is not None:
+        return _tree_predicted(stats, cost_model, prefill, system.name)
     if prefill is None:
         cm = cost_model.without_draft() if system.drafter == "prompt_lookup" else cost_model
         return predict(stats, cm)
@@ -302,6 +333,7 @@ def _report(results: dict[str, SystemResult], systems: dict[str, System], cfg: B
             "acceptance_rate": st.acceptance_rate if st else None,
             "mean_accepted_per_step": st.mean_accepted_per_step if st else None,
             "mean_tokens_per_step": st.mean_tokens_per_step if st else None,
+            "tokens_per_target_call": st.tokens_per_target_call if st else None,
             "per_position_acceptance": [a / d if d else None for a, d in
                                         zip(st.position_accepted, st.position_drafted)] if st else [],
             "length_counts": st.length_counts if st else [],

@@ -138,6 +138,61 @@ class SlotCache:
             self.cache.crop(-(s - n_keep))
         self.mask = torch.cat([self.mask[:, : self.length - s], tail[:, :n_keep].long()], dim=1)
 
+    def forward_tree(self, tokens: torch.Tensor, valid: torch.Tensor, pos: torch.Tensor,
+                     attend: torch.Tensor) -> torch.Tensor:
+        """Append `tokens [B, S]` as S new slots that attend as told, not causally; return `[B, S, V]` logits.
+
+        For token trees (:mod:`exactspec.trees`): `pos [B, S]` explicit position ids (a node's depth past
+        the row's real tokens), `attend [B, S, L+S]` bool: the slots (cached and new) each query sees;
+        every query also sees its own slot. `valid [B, S]` marks the slots later queries may see.
+        transformers takes a 4-D mask as given (masking_utils returns a custom 4-D mask as-is), which the
+        eager and sdpa attention paths honour; other attention kernels ignore or reject it.
+        """
+        impl = getattr(self.model.config, "_attn_implementation", None)
+        if impl not in ("eager", "sdpa"):
+            raise ValueError(f"tree speculation needs a custom 4-D attention mask, which attn_implementation="
+                             f"{impl!r} of {type(self.model).__name__} does not take; load the model with "
+                             "attn_implementation='sdpa' or 'eager'")
+        b, s = tokens.shape
+        if self.mask is None:
+            self.mask = torch.zeros(b, 0, dtype=torch.long, device=self.device)
+        allowed = attend.to(self.device).clone()
+        q = torch.arange(s, device=self.device)
+        allowed[:, q, self.length + q] = True
+        if impl == "eager":
+            dtype = self.model.dtype
+            mask4 = torch.zeros(allowed.shape, dtype=dtype, device=self.device).masked_fill_(
+                ~allowed, torch.finfo(dtype).min)[:, None]
+        else:
+            mask4 = allowed[:, None]  # [B, 1, S, L+S] bool: True = attend
+        tokens = torch.where((tokens >= 0) & (tokens < self.n_embed), tokens, torch.zeros_like(tokens))
+        out = self.model(input_ids=tokens.to(self.device), attention_mask=mask4, position_ids=pos.to(self.device),
+                         cache=self.cache, use_cache=True)
+        self.cache = out.cache if getattr(out, "cache", None) is not None else self.cache
+        self.mask = torch.cat([self.mask, valid.to(self.device).long()], dim=1)
+        return out.logits
+
+    def keep_tail(self, start: int, idx: torch.Tensor, keep: torch.Tensor) -> None:
+        """Replace the slots from `start` on by, per row, the slots `start + idx[b, j]` (`idx [B, W]` int64,
+        `keep [B, W]` bool; unkept entries become holes). Moves an accepted tree path into place: the
+        entries were computed with exactly the path as context and the path's positions, so they equal
+        what a chain forward over the path would have cached. Nothing is recomputed."""
+        idx = torch.where(keep, idx, torch.zeros_like(idx)).to(self.device)
+        w = idx.shape[1]
+        if bool((idx == torch.arange(w, device=self.device)).all()):  # a chain's path: already in place
+            if self.length - start > w:
+                self.cache.crop(-(self.length - start - w))
+            self.mask = torch.cat([self.mask[:, :start], keep.to(self.device).long()], 1)
+            return
+        for layer in self.cache.layers:
+            if not isinstance(layer, DynamicLayer) or not layer.is_initialized or layer.keys.numel() == 0:
+                continue
+            k, v = layer.keys, layer.values  # [B, H, L, Dh]
+            gi = idx[:, None, :, None].expand(k.shape[0], k.shape[1], idx.shape[1], k.shape[3])
+            layer.keys = torch.cat([k[:, :, :start], k[:, :, start:].gather(2, gi)], 2)
+            layer.values = torch.cat([v[:, :, :start], v[:, :, start:].gather(2, gi)], 2)
+        self.mask = torch.cat([self.mask[:, :start], keep.to(self.device).long()], 1)
+
     def select_rows(self, rows: torch.Tensor) -> None:
         """Keep batch rows `rows [B']` (int64) and drop slot columns no kept row uses."""
         if self.mask is None:

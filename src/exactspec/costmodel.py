@@ -95,12 +95,13 @@ class CostModel:
         """The paper's c = t_draft / T_target(1)."""
         return self.t_draft / self.t_target(1)
 
-    def step_time(self, gamma: int) -> float:
+    def step_time(self, gamma: int, width: int | None = None) -> float:
         """Seconds of one speculative step: gamma draft steps, one target call over gamma + 1 tokens, and
-        the loop's own per-step overhead."""
+        the loop's own per-step overhead. ``width``: tokens the target verifies when it is not gamma + 1
+        (a token tree of n nodes and depth gamma: gamma draft calls, one per depth, and n + 1 tokens)."""
         gamma = check_int("gamma", gamma, min=0)
         cold = self.t_draft_cold if gamma > 0 else 0.0
-        return gamma * self.t_draft + cold + self.t_target(gamma + 1) + self.t_overhead
+        return gamma * self.t_draft + cold + self.t_target(gamma + 1 if width is None else width) + self.t_overhead
 
     def without_draft(self) -> "CostModel":
         """The same target timings with a free draft (t_draft = 0): the cost of a model-free drafter such

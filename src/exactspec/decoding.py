@@ -32,6 +32,7 @@ from exactspec.hfconfig import Prefixes, SamplingConfig, SamplingSpec
 from exactspec.policy import AdaptivePolicy, DraftingState, FixedPolicy
 from exactspec.stats import GenerationStats
 from exactspec.rules import verify
+from exactspec.trees import parse_tree, run_tree
 
 __all__ = ["SpeculativeGenerator", "GenerationOutput", "StreamStep", "GenerationStream"]
 
@@ -183,6 +184,7 @@ class SpeculativeGenerator:
         # What gamma="auto" learnt in earlier runs of this generator, per sampling setting and rule: the
         # acceptance model and the probing state (see exactspec.policy); cost models calibrated on its runs.
         self._drafting: dict[tuple, DraftingState] = {}
+        self._tree_priors: dict[tuple, list] = {}  # tree="auto": acceptance per (depth, rank), per setting
         self._calibrated: dict[int, object] = {}
 
     @staticmethod
@@ -209,7 +211,8 @@ class SpeculativeGenerator:
     def stream(self, input_ids, attention_mask=None, *, max_new_tokens: int, do_sample: bool | None = None,
                temperature: float | None = None, top_k: int | None = None, top_p: float | None = None,
                min_p: float | None = None, gamma="auto", method: str = "token", eos_token_id=None,
-               pad_token_id=None, seed=None, generation_config=None, **generation_kwargs) -> GenerationStream:
+               pad_token_id=None, seed=None, generation_config=None, tree=None,
+               **generation_kwargs) -> GenerationStream:
         """Generate step by step. Returns an iterable of :class:`StreamStep` whose ``.output`` is set at the end.
 
         Args:
@@ -233,11 +236,19 @@ class SpeculativeGenerator:
             eos_token_id: int or list; None uses ``target.generation_config.eos_token_id``; [] disables.
             pad_token_id: filler after EOS; None uses the generation config's pad (else EOS, else 0).
             seed: seeds the run's single torch.Generator (draft sampling and verification).
+            tree: tree speculation instead of a chain (replaces `gamma`; needs a draft model): a tuple of
+                branching factors per depth (``(3, 2, 1, 1)``), an int node budget (a dynamic tree) or
+                ``"auto"``; see :mod:`exactspec.trees`. Verification is the exact multi-round rule.
         """
         sampling = dict(do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                         **generation_kwargs)
         cfg = self._check_args(input_ids, attention_mask, max_new_tokens, sampling, generation_config, gamma,
                                method, eos_token_id, pad_token_id, seed)
+        cfg["tree"] = parse_tree(tree, has_draft=self.draft is not None, method=method)
+        if cfg["tree"] is not None and not cfg["spec"].static_only:
+            raise ValueError("tree: tree speculation takes the target's law row by row; generation settings "
+                             "that depend on the prefix (repetition_penalty, no_repeat_ngram_size, bad_words_ids, "
+                             "min_new_tokens, ...) need a chain: drop tree= or those settings")
         return GenerationStream(self._run(**cfg))
 
     # ------------------------------------------------------------------------------ validation
@@ -344,10 +355,12 @@ class SpeculativeGenerator:
 
     # ------------------------------------------------------------------------------------ loop
     @torch.no_grad()  # not inference_mode: callers may edit the returned tensors in place
-    def _run(self, ids, mask, max_new, spec: SamplingSpec, gamma, method, eos, pad):
+    def _run(self, ids, mask, max_new, spec: SamplingSpec, gamma, method, eos, pad, tree=None):
         device, (b, p) = ids.device, ids.shape
         stats = GenerationStats()
         prior_key = (spec.greedy, spec.temperature, spec.top_k, spec.top_p, method)
+        if tree is not None:  # tree speculation: exactspec.trees runs the steps (TreeStepper.step / commit)
+            return (yield from run_tree(self, ids, mask, max_new, spec, tree, eos, pad, prior_key))
         out = torch.full((b, max_new), pad, dtype=torch.long, device=device)  # [B, max_new]
         from_draft = torch.zeros(b, max_new, dtype=torch.bool, device=device)
         n_gen = torch.zeros(b, dtype=torch.long, device=device)

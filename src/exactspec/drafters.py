@@ -64,6 +64,9 @@ class DraftModelDrafter:
 
     def __init__(self, model):
         self.model = model
+        # Cumulative counters of the tree drafter (exactspec.treedraft); a chain proposal reports its own
+        # in the Draft it returns.
+        self.forward_calls, self.first_call_time = 0, 0.0
 
     def start(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
         """Prefill on the prompt `[B, P]` minus its last token (which becomes pending)."""

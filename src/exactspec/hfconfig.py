@@ -272,6 +272,12 @@ class SamplingSpec:
         self._static = [p for p in probe if isinstance(p, _STATIC)]
         self._identity = self.greedy and not probe
 
+    @property
+    def static_only(self) -> bool:
+        """No active processor depends on the prefix: the target's law at a position is its logits' row
+        transformed alone (what tree speculation needs)."""
+        return self._static_only
+
     def _processors(self, prompt_len: int) -> lp.LogitsProcessorList:
         if prompt_len not in self._lists:
             self._lists[prompt_len] = self.config.processors(self._model, prompt_len, self._max_new, self._device)

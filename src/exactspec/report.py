@@ -66,7 +66,7 @@ def _priced_step(cm: dict | None, gamma) -> str:
     if cm is None:
         return "—"
     if not isinstance(gamma, int):
-        return "— (γ=auto)"
+        return "— (γ=auto)" if gamma == "auto" else "—"
     model = CostModel.from_dict(cm)
     cold = f" + {model.t_draft_cold * 1e3:.2f}" if model.t_draft_cold else ""
     over = f" + {model.t_overhead * 1e3:.2f}" if model.t_overhead else ""

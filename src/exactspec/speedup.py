@@ -37,6 +37,8 @@ __all__ = [
     "optimal_gamma",
     "speedup_limit",
     "speculation_helps",
+    "expected_tokens_tree",
+    "optimal_tree",
 ]
 
 # Horizon used for the supremum over gamma when the cost is a measured CostModel: beyond the measured
@@ -412,3 +414,7 @@ def speculation_helps(alpha, cost, horizon: int | None = None) -> bool:
     if isinstance(c, float):
         return bool(a[0] > c)
     return speedup_limit(a, c, horizon) > 1.0
+
+
+# Token trees (Sequoia): their math lives in exactspec.treemath; exported here beside the chain formulas.
+from exactspec.treemath import expected_tokens_tree, optimal_tree  # noqa: E402

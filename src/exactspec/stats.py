@@ -39,6 +39,12 @@ class GenerationStats:
             drafter found or kept nothing); gamma_history holds 0 for them.
         early_stops: steps whose drafting gamma="auto" stopped before its cap (the draft's confidence
             said another token was not worth its price).
+        tree_nodes: tree nodes verified, summed over row-steps (tree speculation only; a chain's
+            position_drafted then counts depths: position i is depth i).
+        accepted_depths[a]: row-steps whose accepted path had a nodes (tree speculation).
+        rank_reached[d][r] / rank_accepted[d][r]: row-steps in which the sibling of rank r at depth d + 1
+            was verified (its parent accepted, the lower ranks rejected) / accepted.
+        tree_history: the tree drafted at each step (treemath.tree_label: children per node by depth).
     """
 
     target_calls: int = 0
@@ -61,6 +67,11 @@ class GenerationStats:
     target_time: float = 0.0
     verify_time: float = 0.0
     total_time: float = 0.0
+    tree_nodes: int = 0
+    accepted_depths: list[int] = field(default_factory=list)
+    rank_reached: list[list[int]] = field(default_factory=list)
+    rank_accepted: list[list[int]] = field(default_factory=list)
+    tree_history: list[str] = field(default_factory=list)
 
     # ------------------------------------------------------------------------------ derived
     @property
@@ -84,6 +95,17 @@ class GenerationStats:
         return self.new_tokens / self.row_steps if self.row_steps else 0.0
 
     @property
+    def tokens_per_target_call(self) -> float:
+        """Tokens emitted per target call (all rows together)."""
+        return self.new_tokens / self.target_calls if self.target_calls else 0.0
+
+    @property
+    def rank_acceptance(self) -> list[list[float]]:
+        """Measured conditional acceptance per (depth, sibling rank) (0 where never verified)."""
+        return [[a / r if r else 0.0 for a, r in zip(acc, rea)]
+                for acc, rea in zip(self.rank_accepted, self.rank_reached)]
+
+    @property
     def tokens_per_second(self) -> float:
         return self.new_tokens / self.total_time if self.total_time > 0 else 0.0
 
@@ -91,7 +113,7 @@ class GenerationStats:
         """Plain-JSON form with the derived quantities included."""
         d = asdict(self)
         for name in ("acceptance_rate", "per_position_acceptance", "mean_accepted_per_step",
-                     "mean_tokens_per_step", "tokens_per_second"):
+                     "mean_tokens_per_step", "tokens_per_second", "tokens_per_target_call", "rank_acceptance"):
             d[name] = getattr(self, name)
         return d
 
@@ -103,12 +125,10 @@ class GenerationStats:
         for run in runs:
             for f in fields(cls):
                 mine, theirs = getattr(out, f.name), getattr(run, f.name)
-                if f.name == "gamma_history":
+                if f.name in ("gamma_history", "tree_history"):
                     mine.extend(theirs)
                 elif isinstance(mine, list):
-                    mine.extend([0] * (len(theirs) - len(mine)))
-                    for i, v in enumerate(theirs):
-                        mine[i] += v
+                    _add_into(mine, theirs)
                 else:
                     setattr(out, f.name, mine + theirs)
         return out
@@ -124,6 +144,49 @@ class GenerationStats:
         k = int(draft.lengths.max()) if draft.lengths.numel() else 0
         self.gamma_history.append(k)
         self.plain_steps += k == 0
+
+    def record_tree(self, accepted: list[int], reached: list[list[tuple[int, int]]], nodes: int) -> None:
+        """Count one tree verification: per row its accepted path length and the (depth, rank) pairs it
+        verified, with the accepted ones last in each depth (see rank_reached); `nodes` verified in all."""
+        self.tree_nodes += nodes
+        for a, pairs in zip(accepted, reached):
+            _bump(self.accepted_depths, a)
+            for d, r, ok in pairs:
+                while len(self.rank_reached) <= d:
+                    self.rank_reached.append([])
+                    self.rank_accepted.append([])
+                _bump(self.rank_reached[d], r)
+                _bump(self.rank_accepted[d], r, int(ok))
+
+    def smoothed_rank_acceptance(self, max_depth: int, prior_weight: float = 2.0, prior=None,
+                                 default_side: float = 0.3) -> list[list[float]]:
+        """Acceptance per (depth, rank) for planning trees, shrunk towards `prior[d][r]` (earlier runs;
+        the last row/column repeats) or, without one, towards the rate pooled over depths for that rank
+        (rank 0 starts from the chain's pooled rate, later ranks from `default_side`)."""
+        ranks = max([len(r) for r in self.rank_reached] + [len(p) for p in (prior or [])] + [4])
+        pooled = []
+        for r in range(ranks):
+            a = sum(row[r] for row in self.rank_accepted if r < len(row))
+            n = sum(row[r] for row in self.rank_reached if r < len(row))
+            if r == 0:
+                a += sum(self.position_accepted)
+                n += sum(self.position_drafted)
+            base = (a + 1.0) / (n + 2.0) if r == 0 else (a + prior_weight * default_side) / (n + prior_weight)
+            pooled.append(base)
+        out = []
+        for d in range(max_depth):
+            row = []
+            for r in range(ranks):
+                n = self.rank_reached[d][r] if d < len(self.rank_reached) and r < len(self.rank_reached[d]) else 0
+                a = self.rank_accepted[d][r] if d < len(self.rank_accepted) and r < len(self.rank_accepted[d]) else 0
+                if prior:
+                    pr = prior[min(d, len(prior) - 1)]
+                    target = pr[min(r, len(pr) - 1)]
+                else:
+                    target = pooled[r]
+                row.append((a + prior_weight * target) / (n + prior_weight))
+            out.append(row)
+        return out
 
     def record_step(self, draft_lengths: torch.Tensor, accepted: torch.Tensor, fed: int | None = None) -> None:
         """Count one verification: `draft_lengths [B]`, `accepted [B]` (int64) for the rows taking part;
@@ -150,3 +213,19 @@ class GenerationStats:
         for i, (r, a) in enumerate(zip(reached.sum(0).tolist(), acc.sum(0).tolist())):
             self.position_drafted[i] += int(r)
             self.position_accepted[i] += int(a)
+
+def _bump(counts: list[int], i: int, by: int = 1) -> None:
+    if i >= len(counts):
+        counts.extend([0] * (i + 1 - len(counts)))
+    counts[i] += by
+
+
+def _add_into(mine: list, theirs: list) -> None:
+    """Element-wise mine += theirs for (nested) count lists of any lengths."""
+    for i, v in enumerate(theirs):
+        if i >= len(mine):
+            mine.append([] if isinstance(v, list) else 0)
+        if isinstance(v, list):
+            _add_into(mine[i], v)
+        else:
+            mine[i] += v

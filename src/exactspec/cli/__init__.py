@@ -108,6 +108,20 @@ def check_in_file(option: str, path: str) -> str:
     return text
 
 
+def parse_tree(value: str | None):
+    """`--tree` of generate and bench: branching factors "3,2,1,1", a node budget "N", or "auto"."""
+    if value is None or value == "auto":
+        return value
+    try:
+        parts = [int(v) for v in value.split(",")]
+    except ValueError:
+        raise ValueError(f"--tree must be branching factors like 3,2,1,1, a node budget N or 'auto', "
+                         f"got {value!r}") from None
+    if any(v < 1 for v in parts):
+        raise ValueError(f"--tree values must be >= 1, got {value!r}")
+    return parts[0] if len(parts) == 1 and "," not in value else tuple(parts)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="exactspec",

@@ -24,6 +24,9 @@ def register(sub) -> None:
     p.add_argument("--batch-size", type=integer(1), default=1)
     p.add_argument("--repeats", type=integer(1), default=3)
     p.add_argument("--threads", type=integer(1), default=2, help="torch threads (default 2)")
+    p.add_argument("--tree", default="auto", metavar="T1;T2;..",
+                   help="tree speculation systems, ';'-separated: branching factors 3,2,1,1, a node budget N, "
+                        "auto; 'none' for no tree system (default auto)")
     p.add_argument("--systems", help="comma-separated substrings selecting systems (default: all)")
     p.add_argument("--out", default="bench-out", help="directory for bench.json, bench.md and plots")
     p.add_argument("--seed", type=SEED, default=0)
@@ -61,13 +64,13 @@ def _check_out_dir(out: str) -> None:
         raise ValueError(f"--out: {out!r} cannot be a directory ({path!r} is a file)")
 
 
-def _check_systems(systems: str | None, gamma_n: int, gammas) -> None:
+def _check_systems(systems: str | None, gamma_n: int, gammas, trees=()) -> None:
     """Every --systems entry must select some system (names as exactspec.bench.build_systems makes them)."""
     from exactspec.bench import system_names
 
     if systems is None:
         return
-    names = system_names(gamma_n, gammas)
+    names = system_names(gamma_n, gammas, trees)
     for s in systems.split(","):
         if not s.strip() or not any(s.lower() in n.lower() for n in names):
             raise ValueError(f"--systems: {s!r} selects no system; systems are: {'; '.join(names)}")
@@ -82,13 +85,14 @@ def run(args: argparse.Namespace) -> int:
     from rich.progress import Progress
 
     from exactspec.bench import BenchConfig, load_prompts, run_bench
-    from exactspec.cli import parse_gamma
+    from exactspec.cli import parse_gamma, parse_tree
     from exactspec.demo import demo_prompts
     from exactspec.report import bench_markdown, write_bench
 
     gamma, gammas = parse_gamma(args.gamma), _gammas(args.gammas)
+    trees = () if args.tree == "none" else tuple(parse_tree(t) for t in args.tree.split(";") if t)
     _check_out_dir(args.out)
-    _check_systems(args.systems, gamma if isinstance(gamma, int) else 4, gammas)
+    _check_systems(args.systems, gamma if isinstance(gamma, int) else 4, gammas, trees)
     if args.prompts:  # read (and checked) before any model loads
         check_in_file("--prompts", args.prompts)
     prompts = load_prompts(args.prompts) if args.prompts else demo_prompts()
@@ -104,7 +108,8 @@ def run(args: argparse.Namespace) -> int:
     prompts = prompts[: args.num_prompts]
     cfg = BenchConfig(prompts=prompts, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                       gamma=gamma, batch_size=args.batch_size, repeats=args.repeats, seed=args.seed,
-                      systems=args.systems.split(",") if args.systems else None, gammas=gammas)
+                      systems=args.systems.split(",") if args.systems else None, gammas=gammas,
+                      trees=trees)
     console = Console(stderr=args.json)
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("benchmarking (cost model, warm-up, then interleaved runs)", total=None)

@@ -37,6 +37,9 @@ def register(subparsers) -> None:
                    help="longest n-gram --prompt-lookup matches (tries N down to 1; default 3)")
     p.add_argument("--gamma", default="auto", help="draft tokens per step, or 'auto' (default: auto, which drafts "
                    "while drafting pays and takes plain steps when it does not)")
+    p.add_argument("--tree", metavar="B1,B2,..|N|auto",
+                   help="tree speculation instead of a chain (needs a draft model): branching factors per "
+                        "depth (3,2,1,1), a dynamic tree of N nodes, or auto; replaces --gamma")
     p.add_argument("--method", default="token", choices=("token", "block", "greedy"),
                    help="verification rule (default token)")
     # Sampling settings default to the target's generation_config, as target.generate() resolves them.
@@ -96,6 +99,12 @@ def stats_table(stats):
         ("tokens / step (with bonus)", f"{stats.mean_tokens_per_step:.3f}"),
         ("gamma used", " ".join(str(g) for g in sorted(set(stats.gamma_history))) or "-"),
         ("plain steps / early stops", f"{stats.plain_steps} / {stats.early_stops}"),
+        *([("tokens / target call", f"{stats.tokens_per_target_call:.3f}"),
+           ("tree nodes verified", f"{stats.tree_nodes}"),
+           ("accepted depth histogram", " ".join(str(c) for c in stats.accepted_depths)),
+           ("acceptance per (depth, rank)", " | ".join(" ".join(f"{a:.2f}" for a in row)
+                                                       for row in stats.rank_acceptance))]
+          if stats.tree_nodes else []),
         ("new tokens", f"{stats.new_tokens}"),
         ("time: prefill / draft / target / verify",
          f"{stats.prefill_time:.3f} / {stats.draft_time:.3f} / {stats.target_time:.3f} / "
@@ -111,7 +120,7 @@ def run(args) -> int:
     from rich.console import Console
     from rich.text import Text
 
-    from exactspec.cli import parse_gamma
+    from exactspec.cli import parse_gamma, parse_tree
     from exactspec.decoding import SpeculativeGenerator
     from exactspec.drafters import PromptLookupDrafter
     from exactspec.text import styled_pieces, token_kinds
@@ -120,6 +129,9 @@ def run(args) -> int:
     empty = [i + 1 for i, text in enumerate(args.prompts) if not text]
     if empty:
         raise ValueError(f"PROMPT {empty[0]} of {len(args.prompts)} is empty ('')")
+    tree = parse_tree(args.tree)
+    if tree is not None and args.prompt_lookup:
+        raise ValueError("--tree needs a draft model; --prompt-lookup drafts chains")
     target, draft, tok = load_models(args)
     if draft is not None:
         gen = SpeculativeGenerator(target, draft)
@@ -142,7 +154,8 @@ def run(args) -> int:
     eos = None if target.generation_config.eos_token_id is not None else tok.eos_token_id
     stream = gen.stream(enc["input_ids"], enc["attention_mask"], max_new_tokens=args.max_new_tokens,
                         do_sample=do_sample, **sampling, gamma=gamma, method=args.method,
-                        eos_token_id=eos, pad_token_id=tok.pad_token_id, seed=args.seed)
+                        eos_token_id=eos, pad_token_id=tok.pad_token_id, seed=args.seed,
+                        tree=tree)
     console = Console(highlight=False)
     single = len(args.prompts) == 1 and not args.json
     ids = [[] for _ in args.prompts]
@@ -165,7 +178,7 @@ def run(args) -> int:
         print(json.dumps({"text": texts[0] if len(texts) == 1 else None, "texts": texts,
                           "prompts": args.prompts, "token_ids": ids, "from_draft": flags,
                           "stats": out.stats.to_dict(),
-                          "config": {"gamma": args.gamma, "method": args.method, "do_sample": do_sample,
+                          "config": {"gamma": args.gamma, "tree": args.tree, "method": args.method, "do_sample": do_sample,
                                      **sampling, "chat": args.chat, "seed": args.seed,
                                      "max_new_tokens": args.max_new_tokens,
                                      "drafter": "prompt_lookup" if draft is None else "model"}}))

@@ -30,6 +30,15 @@ def register(subparsers) -> None:
     cost.add_argument("--costs", metavar="FILE.json", help="measured CostModel (to_dict JSON) instead of --cost")
     p.add_argument("--gamma-max", type=integer(1, GAMMA_MAX_LIMIT), default=16,
                    help="largest gamma tabulated (default 16)")
+    p.add_argument("--tree", action="store_true",
+                   help="token trees: the best tree per node budget (Sequoia's DP) beside the best chain")
+    p.add_argument("--max-nodes", type=integer(1, 64), default=16,
+                   help="largest tree node budget with --tree (default 16)")
+    p.add_argument("--rank-acceptance", metavar="A0,A1,..[;A0,A1,..]",
+                   help="with --tree: acceptance per sibling rank (given the lower ranks were rejected), one "
+                        "';'-separated row per depth (default: the alpha(s) for rank 0, --side-acceptance after)")
+    p.add_argument("--side-acceptance", type=real(0, 1), default=0.3,
+                   help="with --tree and no --rank-acceptance: acceptance of ranks >= 1 (default 0.3)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.add_argument("--plot", metavar="OUT.png", help="write a PNG of speedup against gamma")
     p.set_defaults(func=run)
@@ -78,7 +87,7 @@ def compute(alpha, cost, gamma_max: int) -> dict:
 def run(args) -> int:
     from exactspec.costmodel import CostModel
 
-    alpha = _alpha(args)
+    alpha = None if (args.tree and args.rank_acceptance) else _alpha(args)
     if args.plot:
         check_out_file("--plot", args.plot)
     if args.costs is not None:
@@ -88,6 +97,8 @@ def run(args) -> int:
             raise ValueError(f"--costs: {exc}") from None
     else:
         cost = 0.0 if args.cost is None else args.cost
+    if args.tree:
+        return _run_tree(args, cost)
     res = compute(alpha, cost, args.gamma_max)
     if args.plot:
         _plot(res, args.plot)
@@ -166,3 +177,59 @@ def _plot(res: dict, path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, format="png")
     plt.close(fig)
+
+
+def _rank_acceptance(args) -> list[list[float]]:
+    if args.rank_acceptance:
+        try:
+            rows = [[float(v) for v in row.split(",")] for row in args.rank_acceptance.split(";") if row.strip()]
+        except ValueError as exc:
+            raise ValueError(f"--rank-acceptance must be comma-separated numbers, rows split by ';': {exc}") from exc
+        if not rows:
+            raise ValueError("--rank-acceptance is empty")
+        return rows
+    if not 0.0 <= args.side_acceptance <= 1.0:
+        raise ValueError(f"--side-acceptance must lie in [0, 1], got {args.side_acceptance}")
+    alpha = _alpha(args)
+    return [[a, args.side_acceptance] for a in (alpha if isinstance(alpha, list) else [alpha])]
+
+
+def compute_tree(acceptance, cost, max_nodes: int) -> dict:
+    """The best tree per node budget beside the best chain of at most as many tokens (plain data)."""
+    from exactspec import speedup as sp
+    from exactspec.treemath import best_trees
+
+    if max_nodes < 1:
+        raise ValueError(f"--max-nodes must be >= 1, got {max_nodes}")
+    plans = best_trees(acceptance, cost, max_nodes, max_depth=min(max_nodes, 16), max_branch=min(max_nodes, 6))
+    chain_alpha = [row[0] for row in acceptance]
+    rows = []
+    for n, plan in enumerate(plans, start=1):
+        g, s = sp.optimal_gamma(chain_alpha, cost, n)
+        rows.append({"nodes": n, "tree": plan.label, "parents": list(plan.parents), "tree_nodes": plan.n_nodes,
+                     "expected_tokens": plan.expected_tokens, "speedup": plan.speedup,
+                     "chain_gamma": g, "chain_speedup": s})
+    return {"acceptance": acceptance, "cost": cost if isinstance(cost, float) else cost.to_dict(), "rows": rows}
+
+
+def _run_tree(args, cost) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    res = compute_tree(_rank_acceptance(args), cost, args.max_nodes)
+    if args.json:
+        print(json.dumps(res, indent=2))
+        return 0
+    table = Table(title="Token trees (Sequoia DP) vs chains; acceptance per depth: "
+                        + " | ".join(",".join(f"{a:g}" for a in row) for row in res["acceptance"]))
+    for name in ("n", "best tree", "nodes", "tok/step", "speedup", "chain", "speedup", "ratio"):
+        table.add_column(name, justify="right", no_wrap=True)
+    for r in res["rows"]:
+        table.add_row(str(r["nodes"]), r["tree"], str(r["tree_nodes"]), f"{r['expected_tokens']:.3f}",
+                      f"{r['speedup']:.3f}x", f"gamma={r['chain_gamma']}", f"{r['chain_speedup']:.3f}x",
+                      f"{r['speedup'] / r['chain_speedup']:.3f}")
+    console = Console()
+    console.print(table)
+    console.print("best tree: children per node, breadth first, depths split by '/'; n: node budget; "
+                  "chain: the best chain of at most n tokens; ratio: tree speedup / chain speedup.")
+    return 0

@@ -1,0 +1,65 @@
+"""Tree speculation vs chains on the demo pair: tokens per target call and tokens/s, interleaved medians.
+
+    PYTHONPATH=src python benchmarks/tree_speed.py [--temperature 1] [--prompts 4] [--repeats 3] [--new 64]
+
+Systems run round-robin (A B C ... A B C ...) on the same prompts, batch 1; the machine is shared and noisy,
+so compare ratios to the chain within this run, not absolute numbers across runs.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+from exactspec import SpeculativeGenerator, load_demo_pair
+from exactspec.demo import demo_prompts
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--temperature", type=float, default=0.0)
+    ap.add_argument("--prompts", type=int, default=4)
+    ap.add_argument("--offset", type=int, default=0, help="first prompt index (another prompt set)")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--new", type=int, default=64)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--systems", default="chain4,chainauto,tree3211,dyn12,auto")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    target, draft, tok = load_demo_pair()
+    prompts = demo_prompts()[args.offset:args.offset + args.prompts]
+    encoded = [tok(p, return_tensors="pt")["input_ids"] for p in prompts]
+    gen = SpeculativeGenerator(target, draft)
+    allsys = {"chain4": dict(gamma=4), "chainauto": dict(gamma="auto"), "tree3211": dict(tree=(3, 2, 1, 1)),
+              "tree2111": dict(tree=(2, 1, 1, 1)), "dyn8": dict(tree=8), "dyn12": dict(tree=12), "auto": dict(tree="auto")}
+    systems = {k: allsys[k] for k in args.systems.split(",")}
+    sample = args.temperature > 0
+    kw = dict(max_new_tokens=args.new, do_sample=sample, temperature=args.temperature or 1.0, eos_token_id=[])
+    for name, extra in systems.items():  # warm-up (and auto's cost model measurement), untimed
+        gen.generate(encoded[0], **kw, **extra, seed=0)
+    res = {k: {"tps": [], "tpc": []} for k in systems}
+    for rep in range(args.repeats):
+        for name, extra in systems.items():
+            toks = calls = 0
+            t0 = time.perf_counter()
+            for i, ids in enumerate(encoded):
+                out = gen.generate(ids, **kw, **extra, seed=1000 * rep + i)
+                toks += out.stats.new_tokens
+                calls += out.stats.target_calls
+            res[name]["tps"].append(toks / (time.perf_counter() - t0))
+            res[name]["tpc"].append(toks / calls)
+    base = statistics.median(res["chain4"]["tps"]) if "chain4" in res else None
+    rows = {}
+    for name, r in res.items():
+        tps, tpc = statistics.median(r["tps"]), statistics.median(r["tpc"])
+        rows[name] = dict(tokens_per_s=round(tps, 1), tokens_per_target_call=round(tpc, 3),
+                          vs_chain4=round(tps / base, 3) if base else None)
+        print(f"{name:10s} tok/s {tps:7.1f}  tok/call {tpc:5.2f}  vs chain4 {tps / base if base else 0:5.3f}")
+    print(json.dumps({"temperature": args.temperature, "results": rows}))
+
+
+if __name__ == "__main__":
+    main()
