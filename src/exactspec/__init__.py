@@ -36,6 +36,7 @@ _EXPORTS = {
     "ops_factor": "speedup",
     "mixed_length_speedup": "speedup",
     "end_to_end_speedup": "speedup",
+    "predict": "prediction",
     "speculation_helps": "speedup",
     "expected_tokens_tree": "treemath",
     "optimal_tree": "treemath",

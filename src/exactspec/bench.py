@@ -9,7 +9,7 @@ display names. A sweep of fixed draft lengths (``gammas``) runs next to ``gamma=
 ``summary`` puts the best fixed gamma beside auto.
 
 For each exactspec system the speedup *predicted* from a `CostModel` and the run's measured per-position
-acceptance (:func:`exactspec.speedup.predict`, the one prediction path) is put next to the measured one,
+acceptance (:func:`exactspec.prediction.predict`, the one prediction path) is put next to the measured one,
 twice:
 
 - ``predicted_speedup``: the cost model calibrated on one untimed run of the loop before the timed runs
@@ -225,10 +225,10 @@ def _tree_predicted(stats, cost_model, prefill: dict | None, name: str) -> float
 
 def predicted_speedup(system: System, stats, cost_model, prefill: dict | None = None,
                       batch_size: int = 1) -> float | None:
-    """:func:`exactspec.speedup.predict` for one system: per step with the bare-forwards `cost_model` (a
+    """:func:`exactspec.prediction.predict` for one system: per step with the bare-forwards `cost_model` (a
     model-free drafter's draft priced free), or end to end with `prefill` ({"plain": s, name: s per call,
     "n_tokens": per row}), `cost_model` then being that system's calibrated model, used as is."""
-    from exactspec.speedup import predict
+    from exactspec.prediction import predict
 
     if system.tree is not None:
         return _tree_predicted(stats, cost_model, prefill, system.name)

@@ -121,7 +121,7 @@ def run_demo(target, draft, tokenizer, prompts: list[str], *, max_new_tokens: in
 
     from exactspec.costmodel import CostModel
     from exactspec.decoding import SpeculativeGenerator
-    from exactspec.speedup import predict
+    from exactspec.prediction import predict
     from exactspec.stats import GenerationStats
     from exactspec.text import styled_pieces, token_kinds
 

@@ -32,7 +32,6 @@ __all__ = [
     "walltime_speedup",
     "end_to_end_speedup",
     "batch_steps",
-    "predict",
     "ops_factor",
     "optimal_gamma",
     "speedup_limit",
@@ -302,21 +301,6 @@ def batch_steps(alpha, length_counts, n_tokens: int, batch_size: int, sims: int 
         done += live * (kept + 1)
         steps += live
     return float(steps.max(axis=1).mean())
-
-
-def predict(stats, cost, *, n_tokens: int | None = None, prefill_plain: float = 0.0, prefill_spec: float = 0.0,
-            batch_size: int = 1) -> float | None:
-    """The speedup a run's measured acceptance predicts (`stats`: a GenerationStats): its per-position
-    acceptance and the lengths it drafted, priced by `cost`. Per step (:func:`mixed_length_speedup`), or end
-    to end when ``n_tokens`` is given (:func:`end_to_end_speedup`, prefills and the batch's slowest row
-    included). None when the run drafted nothing. The one prediction path of bench, demo and plan."""
-    alphas = [acc / d for acc, d in zip(stats.position_accepted, stats.position_drafted) if d]
-    if not alphas or not sum(stats.length_counts):
-        return None
-    if n_tokens is None:
-        return float(mixed_length_speedup(alphas, stats.length_counts, cost))
-    return float(end_to_end_speedup(alphas, stats.length_counts, cost, n_tokens, prefill_plain=prefill_plain,
-                                    prefill_spec=prefill_spec, batch_size=batch_size))
 
 
 def ops_factor(alpha, gamma: int, ops_cost: float):

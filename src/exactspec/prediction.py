@@ -1,0 +1,27 @@
+"""The one prediction path: the speedup a run's measured acceptance predicts under a cost model.
+
+Used by `exactspec bench`, `exactspec demo` and planning alike, so every figure labelled "predicted" is
+computed the same way: the run's per-position acceptance and the lengths it drafted, priced by
+:func:`exactspec.speedup.mixed_length_speedup` per step, or end to end by
+:func:`exactspec.speedup.end_to_end_speedup` (prefills included, a batch priced by its slowest row).
+"""
+from __future__ import annotations
+
+from exactspec.speedup import end_to_end_speedup, mixed_length_speedup
+
+__all__ = ["predict"]
+
+
+def predict(stats, cost, *, n_tokens: int | None = None, prefill_plain: float = 0.0, prefill_spec: float = 0.0,
+            batch_size: int = 1) -> float | None:
+    """The speedup a run's measured acceptance predicts (`stats`: a GenerationStats): its per-position
+    acceptance and the lengths it drafted, priced by `cost`. Per step (:func:`mixed_length_speedup`), or end
+    to end when ``n_tokens`` is given (:func:`end_to_end_speedup`, prefills and the batch's slowest row
+    included). None when the run drafted nothing."""
+    alphas = [acc / d for acc, d in zip(stats.position_accepted, stats.position_drafted) if d]
+    if not alphas or not sum(stats.length_counts):
+        return None
+    if n_tokens is None:
+        return float(mixed_length_speedup(alphas, stats.length_counts, cost))
+    return float(end_to_end_speedup(alphas, stats.length_counts, cost, n_tokens, prefill_plain=prefill_plain,
+                                    prefill_spec=prefill_spec, batch_size=batch_size))
