@@ -9,7 +9,7 @@ import argparse
 import importlib
 import sys
 
-SUBCOMMANDS = ("explain", "speedup", "generate", "demo", "bench")
+SUBCOMMANDS = ("explain", "speedup", "generate", "demo", "bench", "plan", "profile")
 
 
 def parse_gamma(value: str):
