@@ -7,7 +7,9 @@
    acceptance; compare with `exactspec bench --num-prompts 6 --max-new-tokens 64 --repeats 3` (pass its
    bench.json path as argv[1]).
 
-    PYTHONPATH=src python benchmarks/plan_accuracy.py bench-out/bench.json
+    PYTHONPATH=src python benchmarks/plan_accuracy.py acceptance
+    exactspec bench --num-prompts 6 --max-new-tokens 64 --repeats 3 --out bench-out
+    PYTHONPATH=src python benchmarks/plan_accuracy.py speedup bench-out/bench.json
 """
 import json
 import sys
@@ -34,13 +36,19 @@ def generated(temperature: float, seeds: int) -> GenerationStats:
     for s in range(seeds):
         for i, p in enumerate(prompts):
             ids = tok(p, return_tensors="pt")["input_ids"]
-            runs.append(gen.generate(ids, max_new_tokens=NEW, do_sample=temperature > 0, temperature=temperature if temperature > 0 else 1.0,
-                                     gamma=GAMMA, eos_token_id=[], seed=1000 * s + i).stats)
+            runs.append(gen.generate(ids, max_new_tokens=NEW, do_sample=temperature > 0,
+                                     temperature=temperature or 1.0, gamma=GAMMA, eos_token_id=[],
+                                     seed=1000 * s + i).stats)
     return GenerationStats.merge(runs)
 
 
 report = {}
-for temperature, seeds in ((0.0, 1), (1.0, 8)):
+part = sys.argv[1] if len(sys.argv) > 1 else "acceptance"
+for temperature, seeds in ((0.0, 1), (1.0, 4)) if part == "acceptance" else ((0.0, 0),):
+    if seeds == 0:  # the speedup part needs only the greedy acceptance
+        greedy_acc = measure_acceptance(target, tok, prompts, draft=draft, max_new_tokens=NEW, max_gamma=8,
+                                        stop_at_eos=False, seed=7)
+        break
     t0 = time.perf_counter()
     acc = measure_acceptance(target, tok, prompts * seeds, draft=draft, max_new_tokens=NEW, temperature=temperature,
                              max_gamma=8, stop_at_eos=False, seed=7)
@@ -63,6 +71,9 @@ for temperature, seeds in ((0.0, 1), (1.0, 8)):
         greedy_acc = acc
     print(json.dumps(report[f"T={temperature:g}"]), flush=True)
 
+if part == "acceptance":
+    json.dump(report, open("/tmp/plan_accuracy_acceptance.json", "w"), indent=1)
+    sys.exit(0)
 # 2. speedup: profile measured here, calibrated on exactspec's loop with the same prompts
 ids = [tok(p)["input_ids"] for p in prompts]
 prof = CostProfile.measure(target, draft, batch_sizes=[1], prompt_len=max(len(i) for i in ids), repeats=5,
@@ -76,8 +87,9 @@ report["speedup"] = {"predicted_gamma4_calibrated_profile": pred,
                      "predicted_gamma4_bare_profile": plan_bare["rows"][GAMMA - 1]["predicted_speedup"],
                      "recommended_gamma": plan["recommended_gamma"], "predicted_at_recommended": plan["predicted_speedup"],
                      "profile": prof.to_dict()}
-if len(sys.argv) > 1:
-    bench = json.load(open(sys.argv[1]))
+if len(sys.argv) > 2:
+    with open(sys.argv[2]) as fh:
+        bench = json.load(fh)
     row = next(r for r in bench["rows"] if r["system"].startswith("exactspec token (γ=4)"))
     report["speedup"] |= {"bench_vs_hf_generate": row["speedup_vs_target"],
                           "bench_vs_exactspec_loop": row["speedup_vs_exactspec_loop"],
@@ -85,4 +97,4 @@ if len(sys.argv) > 1:
                           "plan_vs_bench_hf": pred / row["speedup_vs_target"] - 1,
                           "plan_vs_bench_loop": pred / row["speedup_vs_exactspec_loop"] - 1}
 print(json.dumps(report["speedup"] | {"profile": None}, indent=1))
-json.dump(report, open("/tmp/t13_plan_accuracy.json", "w"), indent=1)
+json.dump(report, open("/tmp/plan_accuracy_speedup.json", "w"), indent=1)

@@ -155,7 +155,8 @@ def measure_acceptance(target, tokenizer, prompts: list[str], *, draft=None, pro
     """Write continuations with the target, then measure acceptance with one teacher-forced pass per batch.
 
     ``draft`` (a causal LM sharing the tokenizer) or ``prompt_lookup=True``. Temperature 0 is greedy.
-    ``stop_at_eos=False`` writes exactly ``max_new_tokens`` per prompt (as ``exactspec bench`` does).
+    ``stop_at_eos=False`` writes exactly ``max_new_tokens`` per prompt, EOS an ordinary token (as
+    ``generate(eos_token_id=[])`` does).
     """
     from exactspec.drafters import PromptLookupDrafter, SamplingSpec
 
@@ -199,8 +200,8 @@ def _write(target, tokenizer, enc: list[list[int]], max_new: int, spec, seed: in
     kw = dict(max_new_tokens=max_new, pad_token_id=pad, do_sample=not spec.greedy)
     if not spec.greedy:
         kw.update(temperature=spec.temperature, top_k=spec.top_k, top_p=spec.top_p)
-    if not stop_at_eos:
-        kw["min_new_tokens"] = max_new
+    if not stop_at_eos:  # EOS is then an ordinary token, as with generate(eos_token_id=[]); min_new_tokens
+        kw["eos_token_id"] = []  # would instead ban it, changing the target's distribution
     eager = getattr(target.config, "_attn_implementation", "eager") in (None, "eager")
     groups: dict = {}
     for b, e in enumerate(enc):
