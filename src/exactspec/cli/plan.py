@@ -1,0 +1,267 @@
+"""`exactspec plan`: plan a deployment offline, or read a vLLM server's live speculative-decoding counters.
+
+Offline: the target writes continuations of your prompts, one teacher-forced pass of target and draft
+measures the acceptance (exactspec.offline), and the cost (a profile from `exactspec profile`, or the
+paper's scalar c) prices every gamma (exactspec.plan). Live: `--vllm-metrics URL|FILE` (exactspec.enginemetrics).
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+
+PAIRS = ("demo",)
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("plan", help="plan gamma, speedup and vLLM/SGLang configs; or read vLLM's metrics",
+                              description=__doc__)
+    src = p.add_argument_group("offline")
+    src.add_argument("--target", metavar="PATH", help="target model (local path or local HF cache)")
+    src.add_argument("--pair", choices=PAIRS, help="a shipped pair instead of --target/--draft")
+    src.add_argument("--draft", metavar="PATH", help="draft model sharing the target's tokenizer")
+    src.add_argument("--prompt-lookup", action="store_true", help="plan n-gram prompt lookup (no draft model)")
+    src.add_argument("--ngram", type=int, default=3, help="longest n-gram prompt lookup matches (default 3)")
+    src.add_argument("--prompts", metavar="FILE",
+                     help="prompts: blank-line-separated text blocks, a JSON list, or JSONL with a 'prompt' field")
+    src.add_argument("--max-new-tokens", type=int, default=64)
+    src.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    src.add_argument("--top-k", type=int, default=0)
+    src.add_argument("--top-p", type=float, default=1.0)
+    src.add_argument("--seed", type=int, default=0)
+    live = p.add_argument_group("live (vLLM)")
+    live.add_argument("--vllm-metrics", metavar="URL|FILE", help="vLLM's /metrics URL, or a saved scrape")
+    live.add_argument("--model-name", help="the model to read when the server has several")
+    live.add_argument("--watch", type=float, metavar="SECONDS", help="poll and report each interval's rates")
+    live.add_argument("--count", type=int, help="with --watch: stop after this many intervals (default: never)")
+    cost = p.add_argument_group("cost")
+    cost.add_argument("--profile", metavar="FILE", help="cost profile from `exactspec profile`")
+    cost.add_argument("--cost", type=float, metavar="C", help="the paper's model: a step costs gamma*C + 1 target steps")
+    cost.add_argument("--batch-sizes", metavar="1,8,32", help="batch sizes to plan for (default: the profile's, else 1)")
+    p.add_argument("--max-gamma", type=int, default=8, help="largest gamma considered (default 8)")
+    p.add_argument("--json", action="store_true", help="print JSON (with --watch: one object per interval)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    if args.max_gamma < 1:
+        raise ValueError(f"--max-gamma must be >= 1, got {args.max_gamma}")
+    if args.cost is not None and args.profile:
+        raise ValueError("give --cost or --profile, not both")
+    if args.cost is not None and (math.isnan(args.cost) or args.cost < 0 or math.isinf(args.cost)):
+        raise ValueError(f"--cost must be a finite number >= 0, got {args.cost}")
+    sizes = _batch_sizes(args.batch_sizes)
+    if args.vllm_metrics:
+        offline = [f for f in ("target", "pair", "draft", "prompts") if getattr(args, f)] + \
+            (["prompt_lookup"] if args.prompt_lookup else [])
+        if offline:
+            raise ValueError(f"--vllm-metrics reads a server; it takes no --{offline[0].replace('_', '-')}")
+        return _live(args, sizes)
+    if args.watch is not None or args.model_name:
+        raise ValueError("--watch and --model-name need --vllm-metrics")
+    return _offline(args, sizes)
+
+
+# ------------------------------------------------------------------------------------------ offline
+def _offline(args, sizes) -> int:
+    from exactspec.offline import measure_acceptance
+    from exactspec.plan import engine_configs, plan_offline
+
+    target_path, draft_path = _paths(args)
+    if not args.prompts:
+        raise ValueError("--prompts FILE is required (the prompts your deployment will serve)")
+    prompts = read_prompts(args.prompts)
+    if args.max_new_tokens < 1:
+        raise ValueError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+    target, draft, tok = _load(target_path, None if args.prompt_lookup else draft_path)
+    acc = measure_acceptance(target, tok, prompts, draft=draft, prompt_lookup=args.prompt_lookup,
+                             max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                             top_p=args.top_p, max_gamma=args.max_gamma, ngram=args.ngram, seed=args.seed)
+    costs, notes = _costs(args, sizes, target, draft)
+    drafter = "prompt_lookup" if args.prompt_lookup else "draft_model"
+    method = "token"
+    out = plan_offline(acc, costs, lambda g: engine_configs(g, drafter=drafter, target=target_path,
+                                                             draft=draft_path, ngram=args.ngram, method=method))
+    out["measured"] = {"prompts": len(prompts), "tokens_written": acc.tokens, "temperature": args.temperature,
+                       "top_k": args.top_k, "top_p": args.top_p, "drafter": drafter, "target": target_path,
+                       "draft": draft_path}
+    out["notes"] = notes + ["acceptance measured offline: the target wrote the texts, one teacher-forced pass "
+                            "of each model scored them, and the speculative loop was replayed over them in "
+                            "expectation (exactspec.offline); tree drafting is not planned"]
+    _emit(out, args.json)
+    return 0
+
+
+def _paths(args) -> tuple[str, str | None]:
+    from exactspec.demo import PAIR_DIR
+
+    if args.pair and (args.target or args.draft):
+        raise ValueError("--pair replaces --target/--draft; give one or the other")
+    if args.pair:
+        return str(PAIR_DIR / "target"), str(PAIR_DIR / "draft")
+    if not args.target:
+        raise ValueError("give --target PATH (with --draft PATH or --prompt-lookup), or --pair demo")
+    if args.prompt_lookup and args.draft:
+        raise ValueError("--prompt-lookup and --draft exclude each other")
+    if not args.prompt_lookup and not args.draft:
+        raise ValueError("--target needs --draft PATH or --prompt-lookup")
+    return args.target, args.draft
+
+
+def _load(target_path, draft_path):
+    from transformers.utils import logging as hf_logging
+
+    from exactspec.demo import load_pair
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    return load_pair(target_path, draft_path)
+
+
+def read_prompts(path: str) -> list[str]:
+    """Prompts from a JSON list (strings or {"prompt"|"text": ...}), JSONL, or blank-line-separated text."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise ValueError(f"cannot read --prompts {path!r}: {exc.strerror or exc}") from None
+
+    def field(item):
+        if isinstance(item, str):
+            return item
+        if isinstance(item, dict) and isinstance(item.get("prompt", item.get("text")), str):
+            return item.get("prompt", item.get("text"))
+        raise ValueError(f"--prompts {path!r}: each entry must be a string or have a 'prompt' field")
+
+    stripped = text.strip()
+    if path.endswith(".jsonl"):
+        prompts = [field(json.loads(line)) for line in stripped.splitlines() if line.strip()]
+    elif path.endswith(".json"):
+        data = json.loads(stripped)
+        data = data.get("prompts", data) if isinstance(data, dict) else data
+        if not isinstance(data, list):
+            raise ValueError(f"--prompts {path!r}: expected a JSON list of prompts")
+        prompts = [field(x) for x in data]
+    else:
+        prompts = [b.strip("\n") for b in text.split("\n\n") if b.strip()]
+    if not prompts or not all(prompts):
+        raise ValueError(f"--prompts {path!r} has no (or empty) prompts")
+    return prompts
+
+
+def _batch_sizes(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        sizes = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise ValueError(f"--batch-sizes must be comma-separated integers >= 1, got {text!r}") from None
+    if not sizes or min(sizes) < 1:
+        raise ValueError(f"--batch-sizes must be comma-separated integers >= 1, got {text!r}")
+    return list(dict.fromkeys(sizes))
+
+
+def _costs(args, sizes, target=None, draft=None) -> tuple[list, list[str]]:
+    """[(batch size, cost)] and notes. Offline without a cost: measured here (bare forwards)."""
+    from exactspec.costprofile import CostProfile
+
+    lookup = bool(getattr(args, "prompt_lookup", False))
+    if args.cost is not None:
+        return [(b, float(args.cost)) for b in sizes or [1]], [
+            f"cost: the paper's model, a step drafting gamma tokens costs gamma*{args.cost:g} + 1 target steps"]
+    if args.profile:
+        prof = CostProfile.load(args.profile)
+        picked = [(b, prof.cost(b)) for b in sizes or prof.batch_sizes]
+        note = f"cost: profile {args.profile}" + (" (calibrated on exactspec's loop)"
+                                                  if prof.metadata.get("calibrated") else " (bare forward passes)")
+        return [(b, cm.without_draft() if lookup else cm) for b, cm in picked], [note]
+    if target is None:
+        return [(b, None) for b in sizes or [1]], [
+            "no --cost or --profile: acceptance only, no gamma recommended"]
+    prof = CostProfile.measure(target, draft, batch_sizes=sizes or [1], repeats=3)
+    return list(prof.by_batch_size.items()), [
+        "cost: measured on this machine now (bare forward passes); pass --profile from the deployment machine"]
+
+
+# --------------------------------------------------------------------------------------------- live
+def _live(args, sizes) -> int:
+    from exactspec.enginemetrics import parse_spec_counters, read_metrics, summarize
+    from exactspec.plan import plan_from_counters
+
+    costs, notes = _costs(args, sizes)
+
+    def scrape():
+        return parse_spec_counters(read_metrics(args.vllm_metrics), args.model_name)
+
+    def report(counters, extra):
+        summary = summarize(counters)
+        if summary["per_position_acceptance"]:
+            out = plan_from_counters(summary, costs, args.max_gamma)
+        else:
+            out = summary | {"recommended_gamma": None, "predicted_speedup": None, "rows": [], "vllm": None,
+                             "sglang": None, "hf": None, "by_batch_size": [], "notes": [
+                                 "no drafts with per-position counters in this window"]}
+        out["notes"] = notes + out.get("notes", [])
+        return out | extra
+
+    first = scrape()
+    if args.watch is None:
+        _emit(report(first, {"window": "since the server started"}), args.json)
+        return 0
+    if not (args.watch > 0 and math.isfinite(args.watch)):
+        raise ValueError(f"--watch must be a positive number of seconds, got {args.watch}")
+    if args.count is not None and args.count < 1:
+        raise ValueError(f"--count must be >= 1, got {args.count}")
+    prev, i = first, 0
+    try:
+        while args.count is None or i < args.count:
+            time.sleep(args.watch)
+            cur = scrape()
+            delta = cur.minus(prev)  # raises on a restart (counters going backwards)
+            i += 1
+            _emit(report(delta, {"window": f"interval {i} ({args.watch:g} s)", "interval": i}), args.json,
+                  compact=True)
+            prev = cur
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+# ------------------------------------------------------------------------------------------- output
+def _emit(out: dict, as_json: bool, compact: bool = False) -> None:
+    if as_json:
+        print(json.dumps(out, indent=None if compact else 2), flush=True)
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    fmt = (lambda v: "-" if v is None else f"{v:.3f}")
+    pp = " ".join(f"{a:.2f}" for a in out.get("per_position_acceptance") or []) or "-"
+    head = f"[bold]{out.get('window', 'offline plan')}[/]: " if "window" in out else ""
+    console.print(f"{head}per-position acceptance {pp}; acceptance rate {fmt(out.get('acceptance_rate'))}; "
+                  f"mean acceptance length {fmt(out.get('mean_acceptance_length'))}"
+                  + (f"; gamma in use {out['gamma_in_use']:.2f}" if out.get("gamma_in_use") else ""))
+    if out.get("recommended_gamma") is not None:
+        for entry in out["by_batch_size"]:
+            lim = entry["limit"]
+            console.print(f"batch {entry['batch_size']}: best gamma {entry['recommended_gamma']} -> "
+                          f"{entry['predicted_speedup']:.3f}x predicted (limit over all gamma "
+                          f"{'unbounded' if lim is None else f'{lim:.3f}x'})")
+    if not compact and out.get("rows"):
+        table = Table(title=f"batch size {out['batch_size']}")
+        for col in ("gamma", "tokens/step", "predicted speedup"):
+            table.add_column(col, justify="right")
+        for r in out["rows"]:
+            s = r["predicted_speedup"]
+            table.add_row(str(r["gamma"]), f"{r['expected_tokens']:.3f}", "-" if s is None else f"{s:.3f}x",
+                          style="bold green" if r["gamma"] == out["recommended_gamma"] else None)
+        console.print(table)
+    if out.get("vllm"):
+        console.print(f"vLLM speculative_config: {json.dumps(out['vllm'])}")
+        if not compact:
+            console.print(f"SGLang: {' '.join(out['sglang'])}")
+            console.print(f"transformers generate(**{json.dumps(out['hf'])})")
+            console.print(f"exactspec: {json.dumps(out['exactspec'])}")
+    for note in out.get("notes", []):
+        console.print(f"[dim]note: {note}[/]")

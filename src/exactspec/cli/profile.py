@@ -1,0 +1,60 @@
+"""`exactspec profile`: measure the cost model per batch size on this machine and write it to JSON.
+
+Run it on the machine you will deploy on; `exactspec plan --profile FILE` prices every gamma with it.
+"""
+from __future__ import annotations
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("profile", help="measure T_target(k) and t_draft per batch size, write JSON",
+                              description=__doc__)
+    p.add_argument("--target", metavar="PATH", help="target model (local path or local HF cache)")
+    p.add_argument("--pair", choices=("demo",), help="a shipped pair instead of --target/--draft")
+    p.add_argument("--draft", metavar="PATH", help="draft model (omit for prompt lookup: a free draft step)")
+    p.add_argument("--batch-sizes", default="1", metavar="1,8,32", help="batch sizes to profile (default 1)")
+    p.add_argument("--prompt-len", type=int, default=64, help="context length of the timed calls (default 64)")
+    p.add_argument("--repeats", type=int, default=5, help="timed repeats per measurement (median; default 5)")
+    p.add_argument("--calibrate", action="store_true",
+                   help="also price exactspec's own loop (per-step overhead, in-loop draft steps): for serving "
+                        "with exactspec; vLLM and SGLang have their own overheads")
+    p.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    p.add_argument("--threads", type=int, help="torch threads (default: torch's)")
+    p.add_argument("--out", required=True, metavar="FILE", help="where to write the profile JSON")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    import torch
+    from transformers.utils import logging as hf_logging
+
+    from exactspec.cli.plan import _batch_sizes
+    from exactspec.costprofile import CostProfile
+    from exactspec.demo import PAIR_DIR, load_pair
+
+    if args.pair and (args.target or args.draft):
+        raise ValueError("--pair replaces --target/--draft; give one or the other")
+    if not args.pair and not args.target:
+        raise ValueError("give --target PATH [--draft PATH], or --pair demo")
+    if args.prompt_len < 1 or args.repeats < 1:
+        raise ValueError("--prompt-len and --repeats must be >= 1")
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ValueError(f"--threads must be >= 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
+    sizes = _batch_sizes(args.batch_sizes)
+    target_path = str(PAIR_DIR / "target") if args.pair else args.target
+    draft_path = str(PAIR_DIR / "draft") if args.pair else args.draft
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    target, draft, _ = load_pair(target_path, draft_path, device=args.device)
+    prof = CostProfile.measure(target, draft, batch_sizes=sizes, prompt_len=args.prompt_len, repeats=args.repeats,
+                               calibrate=args.calibrate)
+    prof.metadata.update(target=target_path, draft=draft_path, device=args.device,
+                         threads=torch.get_num_threads())
+    prof.save(args.out)
+    for b, cm in prof.by_batch_size.items():
+        print(f"batch {b}: t_draft {1e3 * cm.t_draft:.3f} ms, T_target(1) {1e3 * cm.t_target(1):.3f} ms, "
+              f"T_target(5) {1e3 * cm.t_target(5):.3f} ms, c = {cm.cost_ratio:.3f}"
+              + (f", overhead {1e3 * cm.t_overhead:.3f} ms/step" if cm.t_overhead else ""))
+    print(f"wrote {args.out}")
+    return 0
