@@ -41,6 +41,27 @@ METHODS = ("token", "block", "greedy")
 _COST_MODELS: dict[tuple[int, int, int], tuple] = {}
 
 
+def cut_at_eos(emitted: torch.Tensor, count: torch.Tensor, eos: torch.Tensor):
+    """`emitted [B, W]` tokens of a step, `count [B]` of them emitted per row: cut each row after its first
+    EOS. Returns `(count [B], ended [B] bool)`."""
+    pos = torch.arange(emitted.shape[1], device=emitted.device)[None, :]
+    hit = torch.isin(emitted, eos) & (pos < count[:, None])
+    ended = hit.any(1)
+    return torch.where(ended, hit.long().argmax(1) + 1, count), ended
+
+
+def write_emitted(out, from_draft, n_gen, active, emitted, n, count) -> None:
+    """Append each active row's first `count[b]` tokens of `emitted [B, W]` to `out [B0, max_new]` after
+    its `n_gen[b]` tokens; the first `n[b]` of them were draft tokens (`from_draft`)."""
+    pos = torch.arange(emitted.shape[1], device=emitted.device)[None, :]
+    write = pos < count[:, None]  # [B, W]
+    rows = active[:, None].expand_as(write)[write]
+    cols = (n_gen[active][:, None] + pos).expand_as(write)[write]
+    out[rows, cols] = emitted[write]
+    from_draft[rows, cols] = (pos < n[:, None]).expand_as(write)[write]
+    n_gen[active] += count
+
+
 def _check_causal_lm(model, name: str) -> None:
     from transformers import PreTrainedModel
 
@@ -359,20 +380,12 @@ class SpeculativeGenerator:
             policy.observe(draft, n)
             emitted = torch.cat([draft.tokens, torch.zeros_like(pending)[:, None]], 1)
             emitted.scatter_(1, n[:, None], nxt[:, None])  # [B, K+1]: d_1..d_n, then the bonus token
-            count = n + 1
-            hit_eos = torch.isin(emitted, eos) & (pos < count[:, None])
-            ended = hit_eos.any(1)
-            count = torch.where(ended, hit_eos.long().argmax(1) + 1, count)  # cut after the first EOS
+            count, ended = cut_at_eos(emitted, n + 1, eos)
             # Statistics count what was emitted: an EOS among the accepted drafts ends the row there, and
             # the drafts after it were neither emitted nor, for the statistics, proposed.
             cut = ended & (count <= n)
             stats.record_step(torch.where(cut, count, draft.lengths), torch.where(cut, count, n), fed=big_k + 1)
-            write = pos < count[:, None]  # [B, K+1]
-            rows = active[:, None].expand_as(write)[write]
-            cols = (n_gen[active][:, None] + pos).expand_as(write)[write]
-            out[rows, cols] = emitted[write]
-            from_draft[rows, cols] = (pos < n[:, None]).expand_as(write)[write]
-            n_gen[active] += count
+            write_emitted(out, from_draft, n_gen, active, emitted, n, count)
             done = ended | (n_gen[active] >= max_new)
             _sync(device)
             stats.verify_time += time.perf_counter() - t2

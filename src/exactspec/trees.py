@@ -253,7 +253,7 @@ def run_tree(gen, ids, mask, max_new, spec, tree, eos, pad, prior_key=()):
     import copy
 
     from exactspec.cache import SlotCache
-    from exactspec.decoding import GenerationOutput, StreamStep
+    from exactspec.decoding import GenerationOutput, StreamStep, cut_at_eos, write_emitted
     from exactspec.stats import GenerationStats
 
     device, (b, p) = ids.device, ids.shape
@@ -301,12 +301,8 @@ def run_tree(gen, ids, mask, max_new, spec, tree, eos, pad, prior_key=()):
             stats.draft_first_time += drafter.first_call_time - first0
         _sync(device)
         t1 = time.perf_counter()
-        width = emitted.shape[1]
-        pos = torch.arange(width, device=device)[None, :]
-        count = torch.minimum(n + 1, left)  # a tree deeper than the tokens left is cut, exactly
-        hit_eos = torch.isin(emitted, eos) & (pos < count[:, None])
-        ended = hit_eos.any(1)
-        count = torch.where(ended, hit_eos.long().argmax(1) + 1, count)
+        # a tree deeper than the tokens left is cut, exactly; then after the first EOS
+        count, ended = cut_at_eos(emitted, torch.minimum(n + 1, left), eos)
         depth = torch.zeros_like(n) if dtree is None else \
             torch.where(dtree.tokens >= 0, dtree.depth, torch.zeros_like(dtree.depth)).max(1).values
         shown = torch.minimum(n, count)
@@ -315,12 +311,7 @@ def run_tree(gen, ids, mask, max_new, spec, tree, eos, pad, prior_key=()):
                           0 if dtree is None else int((dtree.tokens >= 0).sum()))
         stats.gamma_history.append(calls)
         stats.tree_history.append(_label(dtree))
-        write = pos < count[:, None]
-        rows = active[:, None].expand_as(write)[write]
-        cols = (n_gen[active][:, None] + pos).expand_as(write)[write]
-        out[rows, cols] = emitted[write]
-        from_draft[rows, cols] = (pos < n[:, None]).expand_as(write)[write]
-        n_gen[active] += count
+        write_emitted(out, from_draft, n_gen, active, emitted, n, count)
         done = ended | (n_gen[active] >= max_new)
         _sync(device)
         t2 = time.perf_counter()
