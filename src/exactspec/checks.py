@@ -357,21 +357,27 @@ def _validate_candidates(tp, dp, candidates, scheme, schemes, checks, generator)
                              + (" (vocab mismatch)" if dp.dim() and dp.shape[-1] != V else ""))
 
 
-def _int_list_tensor(name: str, x) -> torch.Tensor:
-    """A tensor of integers from an int tensor or nested lists of ints (no bools, floats or strings)."""
-    import torch
-    if isinstance(x, torch.Tensor):
-        check_tensor(name, x, kind="int")
-        return x.long()
+def flatten(x) -> list:
+    """The leaves of nested lists / tuples (a non-list is its own single leaf)."""
     flat, stack = [], [x]
-    if not isinstance(x, (list, tuple)):
-        raise ArgumentTypeError(f"{name} must be a list of ints or an integer tensor, got {_show(x)}")
     while stack:
         v = stack.pop()
         if isinstance(v, (list, tuple)):
             stack.extend(v)
         else:
             flat.append(v)
+    return flat
+
+
+def _int_list_tensor(name: str, x) -> torch.Tensor:
+    """A tensor of integers from an int tensor or nested lists of ints (no bools, floats or strings)."""
+    import torch
+    if isinstance(x, torch.Tensor):
+        check_tensor(name, x, kind="int")
+        return x.long()
+    if not isinstance(x, (list, tuple)):
+        raise ArgumentTypeError(f"{name} must be a list of ints or an integer tensor, got {_show(x)}")
+    flat = flatten(x)
     bad = [v for v in flat if not _is_int(v)]
     if bad:
         raise ArgumentTypeError(f"{name} must contain integers only, got {_show(bad[0])} in {_show(x)}")

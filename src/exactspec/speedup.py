@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from exactspec.checks import ArgumentTypeError, check_int, check_real
+from exactspec.checks import ArgumentTypeError, check_int, check_real, flatten
 
 __all__ = [
     "acceptance_rate",
@@ -61,13 +61,7 @@ def _to_numpy(x: Any, name: str) -> np.ndarray:
     if isinstance(x, np.ndarray):
         arr = x
     else:
-        flat, stack = [], [x]
-        while stack:
-            v = stack.pop()
-            if isinstance(v, (list, tuple)):
-                stack.extend(v)
-            else:
-                flat.append(v)
+        flat = flatten(x)
         bad = [v for v in flat if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.number))
                or isinstance(v, (complex, np.complexfloating))]
         if bad:
