@@ -103,6 +103,21 @@ class CostModel:
         cold = self.t_draft_cold if gamma > 0 else 0.0
         return gamma * self.t_draft + cold + self.t_target(gamma + 1 if width is None else width) + self.t_overhead
 
+    def monotone(self) -> "CostModel":
+        """The same model with ``target_times`` made non-decreasing in k (the least-squares isotonic fit,
+        pool-adjacent-violators): verifying more tokens cannot cost less, so on a noisy machine a k that
+        measured cheaper than a smaller one is noise, and a policy should not chase it."""
+        blocks: list[list[float]] = []  # [sum, count] of pooled neighbours
+        for t in self.target_times.values():
+            blocks.append([t, 1.0])
+            while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+                s_, n_ = blocks.pop()
+                blocks[-1][0] += s_
+                blocks[-1][1] += n_
+        fitted = [b[0] / b[1] for b in blocks for _ in range(int(b[1]))]
+        return CostModel(self.t_draft, dict(zip(self.target_times, fitted)), self.metadata, self.t_overhead,
+                         self.t_draft_cold)
+
     def without_draft(self) -> "CostModel":
         """The same target timings with a free draft (t_draft = 0): the cost of a model-free drafter such
         as prompt lookup, whose n-gram search is negligible next to a target call."""
@@ -240,29 +255,40 @@ class CostModel:
         n_new = max(ks)
         ids = torch.randint(0, vocab, (batch_size, prompt_len + n_new), generator=generator)
 
-        def timer(model, k: int) -> float:
+        def prefill(model):
             device = next(model.parameters()).device
-            prompt = ids[:, :prompt_len].to(device)
-            new = ids[:, prompt_len:prompt_len + k].to(device)
             # Sliding-window models get a full cache, as exactspec's slot cache keeps (and crop needs).
             sliding = any(getattr(layer, "is_sliding", False) for layer in DynamicCache(config=model.config).layers)
-            cache = model(input_ids=prompt, use_cache=True, **({"cache": DynamicCache()} if sliding else {})).cache
-            times = []
-            for i in range(warmup + repeats):
-                _sync(device)
-                t0 = time.perf_counter()
-                out = model(input_ids=new, cache=cache, use_cache=True)
-                _sync(device)
-                dt = time.perf_counter() - t0
-                cache = out.cache
-                cache.crop(-k)  # roll back: the next repeat sees the prompt_len-long context again
-                if i >= warmup:
-                    times.append(dt)
-            return statistics.median(times)
+            out = model(input_ids=ids[:, :prompt_len].to(device), use_cache=True,
+                        **({"cache": DynamicCache()} if sliding else {}))
+            return device, out.cache
 
+        def once(model, state, k: int) -> float:
+            device, cache = state
+            new = ids[:, prompt_len:prompt_len + k].to(device)
+            _sync(device)
+            t0 = time.perf_counter()
+            model(input_ids=new, cache=cache, use_cache=True)
+            _sync(device)
+            dt = time.perf_counter() - t0
+            cache.crop(-k)  # roll back: the next call sees the prompt_len-long context again
+            return dt
+
+        # Round robin: every repeat times the draft and every k once, so that a burst of load on a shared
+        # machine lands on all of them alike instead of inflating a few neighbouring k (a table that is
+        # not monotone in k is mostly that).
         with torch.inference_mode():
-            t_draft = timer(draft_model, 1)
-            target_times = {k: timer(target_model, k) for k in ks}
+            d_state, t_state = prefill(draft_model), prefill(target_model)
+            times: dict = {"draft": [], **{k: [] for k in ks}}
+            for i in range(warmup + repeats):
+                once(draft_model, d_state, 1)  # t_draft is a warm draft step: its cold first call is
+                # priced apart, as t_draft_cold, by calibrate()
+                row = {"draft": once(draft_model, d_state, 1), **{k: once(target_model, t_state, k) for k in ks}}
+                if i >= warmup:
+                    for key, dt in row.items():
+                        times[key].append(dt)
+            t_draft = statistics.median(times.pop("draft"))
+            target_times = {k: statistics.median(v) for k, v in times.items()}
         metadata = {
             "torch_threads": torch.get_num_threads(),
             "batch_size": batch_size,

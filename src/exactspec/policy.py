@@ -155,6 +155,9 @@ class AdaptivePolicy:
         self.early_stops = 0  # row-steps whose drafting the policy stopped before their cap
         self._p: torch.Tensor | None = None  # [B] P(all positions so far accepted), per row
         self._alive: torch.Tensor | None = None  # [B] rows still drafting this step
+        # Priced on the table made monotone in k: a noisy measurement must not make the policy chase a k
+        # that happened to time cheaper than a smaller one.
+        self.cost = cost_model = cost_model.monotone()
         if free_draft:
             self.cost = cost_model = cost_model.without_draft()
         self._t_target = [cost_model.t_target(k) for k in range(1, max_gamma + 2)]  # T_target(1..max_gamma+1)
