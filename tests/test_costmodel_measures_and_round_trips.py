@@ -239,3 +239,16 @@ def test_a_real_run_records_the_first_draft_call_of_each_step():
                                                      do_sample=False, eos_token_id=[]).stats
     assert st.draft_steps == sum(c for k, c in enumerate(st.length_counts) if k > 0)
     assert 0 < st.draft_first_time < st.draft_time
+
+
+def test_monotone_table_is_the_isotonic_fit_and_leaves_a_monotone_table_alone():
+    """Verifying more tokens cannot cost less: noise that makes T_target(k) dip is pooled with its
+    neighbours (pool-adjacent-violators: the least-squares non-decreasing fit), a monotone table is kept."""
+    noisy = CostModel(0.002, {1: 0.015, 2: 0.023, 3: 0.020, 4: 0.024, 5: 0.016, 8: 0.011, 16: 0.017})
+    fit = noisy.monotone().target_times
+    values = list(fit.values())
+    assert all(a <= b + 1e-15 for a, b in zip(values, values[1:]))
+    assert fit[1] == 0.015 and sum(values) == pytest.approx(sum(noisy.target_times.values()))
+    assert fit[2] == fit[8] == pytest.approx((0.023 + 0.020 + 0.024 + 0.016 + 0.011 + 0.017) / 6)
+    clean = CostModel(0.002, {1: 0.010, 2: 0.011, 5: 0.013}, t_overhead=0.001, t_draft_cold=0.0005)
+    assert clean.monotone() == clean

@@ -25,6 +25,7 @@ Confidence bins are position-free, so positions never reached need no exploratio
 """
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass, field
 
@@ -58,8 +59,8 @@ class FixedPolicy:
         pass
 
 
-def _zeros() -> torch.Tensor:
-    return torch.zeros(len(_EDGES), dtype=torch.float64)
+def _floats(x) -> list:
+    return x.tolist() if isinstance(x, torch.Tensor) else list(x)
 
 
 @dataclass
@@ -69,53 +70,62 @@ class AcceptanceModel:
     `weight` pseudo-observations of the pooled rate per bin; `decay` per observed step, so that old
     evidence fades when the text changes (a new prompt, code after prose). `seen` is how often each bin
     occurred at all (drafted or not), which weighs the expected acceptance of a position not drafted yet.
-    Counts are `[bins]` fp64 tensors on the CPU.
+    Plain Python floats: the policy asks it a few rows at a time, between forward passes, where a
+    handful of tiny tensor ops would cost more than the arithmetic.
     """
 
     prior: float = 0.7
     weight: float = 2.0
     decay: float = 0.995
-    n: torch.Tensor = field(default_factory=_zeros)
-    a: torch.Tensor = field(default_factory=_zeros)
-    seen: torch.Tensor = field(default_factory=_zeros)
+    n: list = field(default_factory=lambda: [0.0] * len(_EDGES))
+    a: list = field(default_factory=lambda: [0.0] * len(_EDGES))
+    seen: list = field(default_factory=lambda: [0.0] * len(_EDGES))
 
     def __post_init__(self):
-        self._edges = torch.tensor(_EDGES, dtype=torch.float64)
-        self._rates: torch.Tensor | None = None
+        self._rates: list | None = None
 
-    def bins(self, confidence: torch.Tensor) -> torch.Tensor:
-        return (torch.bucketize(confidence.double().cpu(), self._edges, right=True) - 1).clamp(min=0)
+    @staticmethod
+    def bins(confidence) -> list[int]:
+        """Bin index of each confidence (a tensor or a list of floats)."""
+        return [max(bisect.bisect_right(_EDGES, c) - 1, 0) for c in _floats(confidence)]
+
+    @property
+    def observations(self) -> float:
+        return sum(self.n)
 
     @property
     def pooled(self) -> float:
         """Acceptance over all bins, shrunk towards `prior` with `weight` pseudo-observations."""
-        return float((self.a.sum() + self.weight * self.prior) / (self.n.sum() + self.weight))
+        return (sum(self.a) + self.weight * self.prior) / (sum(self.n) + self.weight)
 
-    def rates(self) -> torch.Tensor:
-        """`[bins]` acceptance estimate per bin (cached until the next observation)."""
+    def rates(self) -> list[float]:
+        """Acceptance estimate per bin (cached until the next observation)."""
         if self._rates is None:
-            self._rates = (self.a + self.weight * self.pooled) / (self.n + self.weight)
+            pooled = self.pooled
+            self._rates = [(a + self.weight * pooled) / (n + self.weight) for a, n in zip(self.a, self.n)]
         return self._rates
 
-    def predict(self, confidence: torch.Tensor) -> torch.Tensor:
-        """`confidence [...]` -> acceptance estimate `[...]` (fp64 on the CPU)."""
-        return self.rates()[self.bins(confidence)]
+    def predict(self, confidence) -> list[float]:
+        """Acceptance estimate of each confidence."""
+        rates = self.rates()
+        return [rates[b] for b in self.bins(confidence)]
 
     def mean(self) -> float:
         """Expected acceptance of a position not drafted yet: bins weighed by how often they occur."""
-        total = float(self.seen.sum())
-        return self.pooled if total <= 0 else float((self.seen * self.rates()).sum() / total)
+        total = sum(self.seen)
+        return self.pooled if total <= 0 else sum(s * r for s, r in zip(self.seen, self.rates())) / total
 
-    def see(self, confidence: torch.Tensor) -> None:
-        self.seen += torch.bincount(self.bins(confidence).flatten(), minlength=len(_EDGES)).double()
+    def see(self, confidence) -> None:
+        for b in self.bins(confidence):
+            self.seen[b] += 1.0
 
-    def observe(self, confidence: torch.Tensor, accepted: torch.Tensor) -> None:
+    def observe(self, confidence, accepted) -> None:
         """`confidence [N]` of positions that were verified and reached, `accepted [N]` bool."""
-        for t in (self.n, self.a, self.seen):
-            t.mul_(self.decay)
-        b = self.bins(confidence).flatten()
-        self.n += torch.bincount(b, minlength=len(_EDGES)).double()
-        self.a += torch.bincount(b, weights=accepted.flatten().double().cpu(), minlength=len(_EDGES))
+        d = self.decay
+        self.n, self.a, self.seen = [v * d for v in self.n], [v * d for v in self.a], [v * d for v in self.seen]
+        for b, ok in zip(self.bins(confidence), _floats(accepted)):
+            self.n[b] += 1.0
+            self.a[b] += float(ok)
         self._rates = None
 
 
@@ -153,8 +163,8 @@ class AdaptivePolicy:
         self._first_gap, self.max_probe_gap = first_gap, max_probe_gap
         self.probing = False
         self.early_stops = 0  # row-steps whose drafting the policy stopped before their cap
-        self._p: torch.Tensor | None = None  # [B] P(all positions so far accepted), per row
-        self._alive: torch.Tensor | None = None  # [B] rows still drafting this step
+        self._p: list | None = None  # per row: P(all positions so far accepted); None before a step drafts
+        self._alive: list | None = None  # per row: still drafting this step
         # Priced on the table made monotone in k: a noisy measurement must not make the policy chase a k
         # that happened to time cheaper than a smaller one.
         self.cost = cost_model = cost_model.monotone()
@@ -203,19 +213,24 @@ class AdaptivePolicy:
         """Which rows draft position i (1-based): `confidence [B]` = max_x q_i(x) per row, `caps [B]` this
         step's caps. Returns `[B]` bool; a row that stops stays stopped for the step, and when the mean row
         no longer pays, the whole batch stops (one forward serves every row)."""
-        self.model.see(confidence)
-        acc = self.model.predict(confidence)  # [B]
-        alive = self._alive if self._p is not None else torch.ones_like(acc, dtype=torch.bool)
-        alive = alive & (caps.cpu() >= i)
-        p = (self._p if self._p is not None else torch.ones_like(acc)) * acc * alive  # [B]
+        conf = confidence.tolist()
+        self.model.see(conf)
+        acc = self.model.predict(conf)
+        if self._p is None:
+            self._caps = caps.tolist()
+            prev, alive = [1.0] * len(conf), [True] * len(conf)
+        else:
+            prev, alive = self._p, self._alive
+        alive = [al and c >= i for al, c in zip(alive, self._caps)]
+        p = [pp * a if al else 0.0 for pp, a, al in zip(prev, acc, alive)]  # P(all so far accepted)
         if self.probing and i == 1:  # a probe verifies at least one position
             ok = alive
         else:
             h = self.threshold(i)
-            ok = alive & (p > h) if float(p.mean()) > h else torch.zeros_like(alive)
-        self.early_stops += int((alive & ~ok).sum())
+            ok = [al and pi > h for al, pi in zip(alive, p)] if sum(p) / len(p) > h else [False] * len(p)
+        self.early_stops += sum(al and not o for al, o in zip(alive, ok))
         self._p, self._alive = p, ok
-        return ok
+        return torch.tensor(ok, dtype=torch.bool, device=confidence.device)
 
     def threshold(self, i: int, paid: bool = True) -> float:
         """The least P for which drafting position i pays; P = P(positions < i accepted) x P(position i
@@ -243,8 +258,7 @@ class AdaptivePolicy:
         that call, so a step whose next position is not worth drafting does not waste a forward on it."""
         if self._p is None or i >= self.max_gamma:
             return False
-        alive = self._alive
-        return bool(alive.any()) and float(self._p.mean()) > self.threshold(i + 1, paid=False)
+        return any(self._alive) and sum(self._p) / len(self._p) > self.threshold(i + 1, paid=False)
 
     def observe(self, draft, accepted: torch.Tensor) -> None:
         """Update the acceptance model from a verdict: position j of row b was reached when j <= n_b + 1.
@@ -258,12 +272,13 @@ class AdaptivePolicy:
         st = self.state  # priced from counts, never from clocks: seeded runs reproduce
         st.tokens = 0.98 * st.tokens + float(accepted.double().mean()) + 1.0
         st.seconds = 0.98 * st.seconds + self._step[k]
-        j = torch.arange(1, k + 1)[None, :]
-        lengths, acc = draft.lengths.cpu()[:, None], accepted.cpu()[:, None]
-        drafted = j <= lengths
-        conf = draft.confidence
-        if conf is None:
-            conf = torch.ones(drafted.shape, dtype=torch.float64)
-            self.model.see(conf[drafted])
-        reached = drafted & (j <= acc + 1)
-        self.model.observe(conf.cpu()[reached], (j <= acc).expand_as(reached)[reached])
+        lengths, acc = draft.lengths.tolist(), accepted.tolist()
+        conf = draft.confidence.tolist() if draft.confidence is not None else None
+        if conf is None:  # one-hot q: every drafted position at confidence 1
+            self.model.see([1.0] * sum(lengths))
+        seen, ok = [], []
+        for b, (length, n) in enumerate(zip(lengths, acc)):
+            for j in range(min(length, n + 1)):  # position j + 1 reached: drafted, all before accepted
+                seen.append(1.0 if conf is None else conf[b][j])
+                ok.append(j < n)
+        self.model.observe(seen, ok)

@@ -272,7 +272,7 @@ def run_tree(gen, ids, mask, max_new, spec, tree, eos, pad, prior_key=()):
             return cm
         prior = gen._tree_priors.get(prior_key)
         chain = gen._drafting.get(prior_key)
-        if prior is None and chain is not None and float(chain.model.n.sum()) > 0:
+        if prior is None and chain is not None and chain.model.observations > 0:
             # first tree run after chain runs: their acceptance for rank 0
             prior = [[chain.model.mean(), SIDE_PRIOR]] * AUTO_MAX_DEPTH
         planner = TreePlanner(cost, prior=prior)
