@@ -368,7 +368,10 @@ class SpeculativeGenerator:
             # p [B, K+1, V] through transformers' processors, each position with its own prefix (when
             # greedy: scores whose argmax is generate()'s choice, the logits themselves if no processor)
             law = spec.target_law(logits, draft.tokens, draft.lengths, Prefixes(ids, mask, out, n_gen, active))
-            if spec.greedy:  # on one-hot targets every rule is the greedy rule, which never reads q;
+            if big_k == 0:  # a plain step: nothing to verify, the next token is the target's own
+                nxt = law[:, 0].argmax(-1) if spec.greedy else spec.sample(law[:, 0])  # [B]
+                verdict = None
+            elif spec.greedy:  # on one-hot targets every rule is the greedy rule, which never reads q;
                 # it reads only the argmax, so the scores serve as they are (same lowest-id tie rule)
                 verdict = verify(law, None, draft.tokens, method="greedy", draft_lengths=draft.lengths)
             else:
@@ -376,8 +379,11 @@ class SpeculativeGenerator:
                     F.one_hot(draft.tokens, spec.vocab_size).float()  # [B, K, V]
                 verdict = verify(law, q, draft.tokens, method=method,
                                  draft_lengths=draft.lengths, generator=spec.generator)
-            n, nxt = verdict.accepted, verdict.next_token
-            policy.observe(draft, n)
+            if verdict is not None:
+                n, nxt = verdict.accepted, verdict.next_token
+                policy.observe(draft, n)
+            else:
+                n = torch.zeros_like(nxt)
             emitted = torch.cat([draft.tokens, torch.zeros_like(pending)[:, None]], 1)
             emitted.scatter_(1, n[:, None], nxt[:, None])  # [B, K+1]: d_1..d_n, then the bonus token
             count, ended = cut_at_eos(emitted, n + 1, eos)
@@ -401,7 +407,8 @@ class SpeculativeGenerator:
             suspended += t3 - t_out  # time the consumer held the stream is not generation time
             keep = ~done
             if keep.any():
-                target.rollback(pos <= n[:, None])  # pending + accepted drafts; the bonus is pending now
+                if big_k:  # (a plain step fed the pending token only, and keeps it)
+                    target.rollback(pos <= n[:, None])  # pending + accepted drafts; the bonus is pending now
                 drafter.update(n, nxt, draft)
                 pending = nxt
                 if not bool(keep.all()):
