@@ -339,6 +339,8 @@ class SpeculativeGenerator:
         out = torch.full((b, max_new), pad, dtype=torch.long, device=device)  # [B, max_new]
         from_draft = torch.zeros(b, max_new, dtype=torch.bool, device=device)
         n_gen = torch.zeros(b, dtype=torch.long, device=device)
+        # Before the clock starts: gamma="auto" may first measure a cost model, which is not generation time.
+        policy = self._policy(gamma, b, prior_key) if max_new > 0 else FixedPolicy(1)
         t_start, suspended = time.perf_counter(), 0.0
         active = torch.arange(b, device=device) if max_new > 0 else torch.zeros(0, dtype=torch.long)
         # A per-run copy: drafters keep per-run state, and two streams of one generator may interleave.
@@ -351,7 +353,6 @@ class SpeculativeGenerator:
             pending = ids[:, -1]  # [B]
             _sync(device)
             stats.prefill_time = time.perf_counter() - t_start
-        policy = self._policy(gamma, b, prior_key) if max_new > 0 else FixedPolicy(1)
         while active.numel():
             caps = policy.next_lengths(max_new - n_gen[active] - 1)  # [B]; all 0: a plain target step
             t0 = time.perf_counter()

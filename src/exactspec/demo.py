@@ -126,7 +126,11 @@ def run_demo(target, draft, tokenizer, prompts: list[str], *, max_new_tokens: in
     from exactspec.text import styled_pieces, token_kinds
 
     on_text = on_text or (lambda *a: None)
-    gen = SpeculativeGenerator(target, draft)
+    # Measured before the timed runs and handed to the generator: gamma="auto" would otherwise measure
+    # it inside the first timed call.
+    prompt_len = max(len(tokenizer(p)["input_ids"]) for p in prompts)
+    cost = CostModel.measure(target, draft, repeats=3, prompt_len=prompt_len)
+    gen = SpeculativeGenerator(target, draft, cost_model=cost)
     greedy = temperature == 0
     runs = []
     spec_time = plain_time = 0.0
@@ -161,8 +165,6 @@ def run_demo(target, draft, tokenizer, prompts: list[str], *, max_new_tokens: in
         plain_time += time.perf_counter() - t0
         plain_tokens += out.shape[1] - enc["input_ids"].shape[1]
     total = GenerationStats.merge(runs)
-    prompt_len = max(len(tokenizer(p)["input_ids"]) for p in prompts)
-    cost = CostModel.measure(target, draft, repeats=3, prompt_len=prompt_len)
     spec_tps, plain_tps = spec_tokens / spec_time, plain_tokens / plain_time
     # Priced as these runs ran: a draft step and the per-step overhead from the speculative runs' own
     # statistics, plain decoding at the time per token `generate` just took (its prefill included, so a
