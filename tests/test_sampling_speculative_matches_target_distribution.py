@@ -80,6 +80,18 @@ def chi2_pvalue(samples: np.ndarray, joint: np.ndarray) -> float:
     return float(stats.chisquare(obs_b[keep], exp_b).pvalue)
 
 
+def late_pair_pvalue(target, prompt, new: np.ndarray) -> float:
+    """Chi-square of the 5th and 6th new tokens of rows `new [N, >= 6]` (V = 8) against the target's own
+    enumerated joint law of that pair."""
+    pair_law = exact_joint(target, prompt, {}, n_new=6).sum(axis=(0, 1, 2, 3))  # [V, V]: (x5, x6)
+    samples = new[:, 4:6]
+    obs = np.bincount(samples[:, 0] * 8 + samples[:, 1], minlength=64).astype(float)
+    exp = pair_law.reshape(-1) * len(samples)
+    big = exp >= 5
+    obs_b, exp_b = np.append(obs[big], obs[~big].sum()), np.append(exp[big], exp[~big].sum())
+    return float(stats.chisquare(obs_b, exp_b * obs_b.sum() / exp_b.sum()).pvalue)
+
+
 CASES = {
     "token-plain": dict(method="token", transform={}, vt=8, vd="noisy", prompts=POWER_PROMPTS,
                         rows=POWER_ROWS),
@@ -155,11 +167,5 @@ def test_tokens_after_several_steps_keep_the_target_distribution(method):
     new = out.sequences[:, ids.shape[1]:].numpy()
     assert out.stats.target_calls >= 3
     for i, prompt in enumerate(PROMPTS):
-        pair_law = exact_joint(target, prompt, {}, n_new=6).sum(axis=(0, 1, 2, 3))  # [V, V]: (x5, x6)
-        samples = new[i * 3000:(i + 1) * 3000, 4:6]
-        obs = np.bincount(samples[:, 0] * 8 + samples[:, 1], minlength=64).astype(float)
-        exp = pair_law.reshape(-1) * len(samples)
-        big = exp >= 5
-        obs_b, exp_b = np.append(obs[big], obs[~big].sum()), np.append(exp[big], exp[~big].sum())
-        p = float(stats.chisquare(obs_b, exp_b * obs_b.sum() / exp_b.sum()).pvalue)
+        p = late_pair_pvalue(target, prompt, new[i * 3000:(i + 1) * 3000])
         assert p > 1e-3, f"{method} prompt {prompt}: chi-square p = {p:.2e}"

@@ -14,7 +14,7 @@ import torch
 
 from _spec_models import left_padded, tiny_lm
 from exactspec import SpeculativeGenerator
-from test_sampling_speculative_matches_target_distribution import PROMPTS, chi2_pvalue, exact_joint
+from test_sampling_speculative_matches_target_distribution import PROMPTS, chi2_pvalue, exact_joint, late_pair_pvalue
 
 ROWS = 4000
 
@@ -74,9 +74,6 @@ def test_tokens_after_several_tree_steps_keep_the_target_distribution():
     """Six new tokens with a small dynamic tree take several steps: side branches accepted, caches moved
     into place, ragged depths, rows leaving the batch; the joint law of the 5th and 6th tokens still
     matches the enumerated target."""
-    import numpy as np
-    from scipy import stats
-
     target, draft = _lm(0), _lm(1)
     ids, mask = left_padded([PROMPTS[0]] * 3000 + [PROMPTS[1]] * 3000)
     out = SpeculativeGenerator(target, draft).generate(ids, mask, max_new_tokens=6, tree=4, seed=77,
@@ -84,11 +81,5 @@ def test_tokens_after_several_tree_steps_keep_the_target_distribution():
     new = out.sequences[:, ids.shape[1]:].numpy()
     assert out.stats.target_calls >= 3
     for i, prompt in enumerate(PROMPTS):
-        pair_law = exact_joint(target, prompt, {}, n_new=6).sum(axis=(0, 1, 2, 3))  # [V, V]: (x5, x6)
-        samples = new[i * 3000:(i + 1) * 3000, 4:6]
-        obs = np.bincount(samples[:, 0] * 8 + samples[:, 1], minlength=64).astype(float)
-        exp = pair_law.reshape(-1) * len(samples)
-        big = exp >= 5
-        obs_b, exp_b = np.append(obs[big], obs[~big].sum()), np.append(exp[big], exp[~big].sum())
-        p = float(stats.chisquare(obs_b, exp_b * obs_b.sum() / exp_b.sum()).pvalue)
+        p = late_pair_pvalue(target, prompt, new[i * 3000:(i + 1) * 3000])
         assert p > 1e-3, f"prompt {prompt}: chi-square p = {p:.2e}"

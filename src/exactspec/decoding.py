@@ -62,6 +62,17 @@ def write_emitted(out, from_draft, n_gen, active, emitted, n, count) -> None:
     n_gen[active] += count
 
 
+def prefill(model, drafter, ids: torch.Tensor, mask: torch.Tensor):
+    """Both caches take the prompt `[B, P]` minus its last token, which stays pending (the first
+    verification feeds it, so every target call produces >= 1 token). Returns `(SlotCache, pending [B])`."""
+    target = SlotCache(model)
+    if ids.shape[1] > 1:
+        target.forward(ids[:, :-1], mask[:, :-1].bool(), logits_to_keep=1)
+    drafter.start(ids, mask)
+    _sync(ids.device)
+    return target, ids[:, -1]
+
+
 def _check_causal_lm(model, name: str) -> None:
     from transformers import PreTrainedModel
 
@@ -331,7 +342,7 @@ class SpeculativeGenerator:
     # ------------------------------------------------------------------------------------ loop
     @torch.no_grad()  # not inference_mode: callers may edit the returned tensors in place
     def _run(self, ids, mask, max_new, spec: SamplingSpec, gamma, method, eos, pad, tree=None):
-        device, (b, p) = ids.device, ids.shape
+        device, b = ids.device, ids.shape[0]
         stats = GenerationStats()
         prior_key = (spec.greedy, spec.temperature, spec.top_k, spec.top_p, method)
         if tree is not None:  # tree speculation: exactspec.trees runs the steps (TreeStepper.step / commit)
@@ -346,12 +357,7 @@ class SpeculativeGenerator:
         # A per-run copy: drafters keep per-run state, and two streams of one generator may interleave.
         drafter = copy.copy(self.drafter)
         if max_new > 0:
-            target = SlotCache(self.target)
-            if p > 1:  # the last prompt token stays pending: the first verification feeds it
-                target.forward(ids[:, :-1], mask[:, :-1].bool(), logits_to_keep=1)
-            drafter.start(ids, mask)
-            pending = ids[:, -1]  # [B]
-            _sync(device)
+            target, pending = prefill(self.target, drafter, ids, mask)
             stats.prefill_time = time.perf_counter() - t_start
         while active.numel():
             caps = policy.next_lengths(max_new - n_gen[active] - 1)  # [B]; all 0: a plain target step

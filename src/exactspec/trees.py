@@ -252,11 +252,10 @@ def run_tree(gen, ids, mask, max_new, spec, tree, eos, pad, prior_key=()):
     returning the GenerationOutput); `gen` is the generator, `tree` the parsed ``tree`` argument."""
     import copy
 
-    from exactspec.cache import SlotCache
-    from exactspec.decoding import GenerationOutput, StreamStep, cut_at_eos, write_emitted
+    from exactspec.decoding import GenerationOutput, StreamStep, cut_at_eos, prefill, write_emitted
     from exactspec.stats import GenerationStats
 
-    device, (b, p) = ids.device, ids.shape
+    device, b = ids.device, ids.shape[0]
     stats = GenerationStats()
     out = torch.full((b, max_new), pad, dtype=torch.long, device=device)  # [B, max_new]
     from_draft = torch.zeros(b, max_new, dtype=torch.bool, device=device)
@@ -279,13 +278,8 @@ def run_tree(gen, ids, mask, max_new, spec, tree, eos, pad, prior_key=()):
     else:
         plan = plan_of(tree)
     if max_new > 0:
-        target = SlotCache(gen.target)
+        target, pending = prefill(gen.target, drafter, ids, mask)
         stepper = TreeStepper(target, drafter, spec)
-        if p > 1:  # the last prompt token stays pending: the first verification feeds it
-            target.forward(ids[:, :-1], mask[:, :-1].bool(), logits_to_keep=1)
-        drafter.start(ids, mask)
-        pending = ids[:, -1]  # [B]
-        _sync(device)
         stats.prefill_time = time.perf_counter() - t_start
     while active.numel():
         if planner is not None:
