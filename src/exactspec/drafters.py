@@ -86,7 +86,7 @@ class DraftModelDrafter:
         lengths = caps.clamp(max=0)  # [B] positions each row drafts (a row the policy stops stays stopped)
         inp, valid = self.pending, self.pending_valid
         first, t0 = 0.0, time.perf_counter()
-        ask = policy is not None and getattr(policy, "wants_confidence", False)
+        ask = policy is not None and policy.wants_confidence
         for i in range(big_k):  # feeds pending, d_1 .. d_{K-1}; d_K is sampled but not fed
             logits = self.state.forward(inp, valid, logits_to_keep=1)[:, -1]  # [B, V_draft]
             self._calls += 1
