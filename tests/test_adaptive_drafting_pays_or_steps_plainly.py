@@ -206,3 +206,14 @@ def test_sampled_auto_with_early_stops_matches_the_exact_target_law(method):
     assert stops > rows / 20 and lengths.min() > rows / 100  # the policy's stops shaped the drafts
     p = chi2_pvalue(np.concatenate(samples), exact_joint(target, prompt, {}))
     assert p > 1e-3, f"{method}: chi-square p = {p:.2e}"
+
+
+def test_a_model_free_drafter_is_capped_at_the_best_length_and_probes_with_one_token():
+    """Prompt lookup is never asked about confidence, so nothing would stop its drafts early: its caps are
+    the best length under the model itself (one token for a probe), not max_gamma."""
+    cost = CostModel(t_draft=0.0, target_times={1: 0.010, 2: 0.0105, 5: 0.012, 16: 0.02})
+    good = AdaptivePolicy(cost, 12, DraftingState(_at_rate(0.8)), free_draft=True)
+    k, _ = good.best_length(good.model.mean())
+    assert 1 <= k < 12 and good.next_lengths(torch.tensor([50])).tolist() == [k]
+    bad = AdaptivePolicy(cost, 12, DraftingState(_at_rate(0.02), probe_gap=1), free_draft=True)
+    assert bad.next_lengths(torch.tensor([50])).tolist() == [1]  # a probe: one token

@@ -157,7 +157,7 @@ class AdaptivePolicy:
 
     def __init__(self, cost_model, max_gamma: int, state: DraftingState | None = None, *,
                  free_draft: bool = False, first_gap: int = 4, max_probe_gap: int = 64):
-        self.cost, self.max_gamma = cost_model, max_gamma
+        self.cost, self.max_gamma, self.free_draft = cost_model, max_gamma, free_draft
         self.state = state if state is not None else DraftingState(probe_gap=first_gap)
         self.model = self.state.model
         self._first_gap, self.max_probe_gap = first_gap, max_probe_gap
@@ -207,7 +207,9 @@ class AdaptivePolicy:
         else:
             st.probe_gap = self._first_gap  # drafting pays again: probe soon after it stops paying
         self._alpha, self._p = alpha, None
-        return left.clamp(min=0, max=self.max_gamma if k else 0)
+        # A model drafter stops itself (include / more) below max_gamma; a model-free one (prompt lookup)
+        # is never asked, so it gets the best length itself (1 for a probe), not max_gamma.
+        return left.clamp(min=0, max=k if self.free_draft else (self.max_gamma if k else 0))
 
     def include(self, i: int, confidence: torch.Tensor, caps: torch.Tensor) -> torch.Tensor:
         """Which rows draft position i (1-based): `confidence [B]` = max_x q_i(x) per row, `caps [B]` this
