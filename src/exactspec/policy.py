@@ -157,7 +157,7 @@ class AdaptivePolicy:
 
     def __init__(self, cost_model, max_gamma: int, state: DraftingState | None = None, *,
                  free_draft: bool = False, first_gap: int = 4, max_probe_gap: int = 64):
-        self.cost, self.max_gamma, self.free_draft = cost_model, max_gamma, free_draft
+        self.max_gamma, self.free_draft = max_gamma, free_draft
         self.state = state if state is not None else DraftingState(probe_gap=first_gap)
         self.model = self.state.model
         self._first_gap, self.max_probe_gap = first_gap, max_probe_gap
@@ -167,9 +167,10 @@ class AdaptivePolicy:
         self._alive: list | None = None  # per row: still drafting this step
         # Priced on the table made monotone in k: a noisy measurement must not make the policy chase a k
         # that happened to time cheaper than a smaller one.
-        self.cost = cost_model = cost_model.monotone()
+        cost_model = cost_model.monotone()
         if free_draft:
-            self.cost = cost_model = cost_model.without_draft()
+            cost_model = cost_model.without_draft()
+        self.cost = cost_model  # what the policy prices with
         self._t_target = [cost_model.t_target(k) for k in range(1, max_gamma + 2)]  # T_target(1..max_gamma+1)
         self._t_draft = cost_model.t_draft
         self._step = [cost_model.step_time(k) for k in range(max_gamma + 1)]  # k = 0: a plain step

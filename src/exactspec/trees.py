@@ -294,7 +294,6 @@ def run_tree(gen, ids, mask, max_new, spec, tree, eos, pad, prior_key=()):
             stats.draft_steps += 1
             stats.draft_first_time += drafter.first_call_time - first0
         _sync(device)
-        t1 = time.perf_counter()
         # a tree deeper than the tokens left is cut, exactly; then after the first EOS
         count, ended = cut_at_eos(emitted, torch.minimum(n + 1, left), eos)
         depth = torch.zeros_like(n) if dtree is None else \
