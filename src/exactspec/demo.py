@@ -132,6 +132,11 @@ def run_demo(target, draft, tokenizer, prompts: list[str], *, max_new_tokens: in
     cost = CostModel.measure(target, draft, repeats=3, prompt_len=prompt_len)
     gen = SpeculativeGenerator(target, draft, cost_model=cost)
     greedy = temperature == 0
+    # One untimed run first, as any long-lived generator would have had: gamma="auto" then starts the
+    # timed prompts from the acceptance it measured, not from a neutral guess (and the kernels are warm).
+    warm = tokenizer(prompts[0], return_tensors="pt")
+    gen.generate(warm["input_ids"], warm["attention_mask"], max_new_tokens=max_new_tokens, do_sample=not greedy,
+                 temperature=temperature, top_k=0, gamma=gamma, method=method, eos_token_id=[], seed=seed - 1)
     runs = []
     spec_time = plain_time = 0.0
     spec_tokens = plain_tokens = 0
