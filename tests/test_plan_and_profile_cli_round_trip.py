@@ -39,6 +39,20 @@ def test_profile_round_trip(tmp_path):
         back.cost(2)
 
 
+def test_calibrated_profile_prices_every_prompt_over_several_rounds():
+    """Calibration runs every prompt batch `rounds` times (interleaved with plain decoding), as bench does:
+    one short run let a single slow call set the per-step overhead."""
+    target = tiny_lm("llama", seed=0, dtype=torch.float32)
+    draft = noisy_copy(target, 0.08)
+    prompts = [[5, 6, 7, 5, 6], [9, 3, 9], [40, 41, 42, 40]]
+    prof = CostProfile.measure(target, draft, batch_sizes=[1, 2], prompt_len=5, repeats=1, calibrate=True,
+                               prompt_ids=prompts, max_new_tokens=6, gamma=2)
+    for b, batches in ((1, 3), (2, 2)):
+        seen = prof.cost(b).metadata["calibrated_from"]
+        assert seen["target_calls"] >= 3 * batches * 2  # 3 rounds x batches x >= 2 steps of 6 tokens at gamma 2
+        assert seen["plain_time"] > 0 and prof.cost(b).t_overhead >= 0
+
+
 def test_profile_cli_then_plan_with_it(pair, tmp_path, capsys):
     out = tmp_path / "profile.json"
     rc = main(["profile", "--target", str(pair / "target"), "--draft", str(pair / "draft"), "--batch-sizes", "1,2",

@@ -11,6 +11,7 @@ Public API (imported lazily so that `exactspec explain` starts fast):
 - acceptance: expected_accepted_token_rule, expected_accepted_block, multi_draft_acceptance
 - decoding:   SpeculativeGenerator
 - demo:       load_demo_pair
+- pairs:      load_pair ("stdlib" = the demo pair, "smollm2" = SmolLM2-135M-Instruct and its distilled draft)
 """
 from __future__ import annotations
 
@@ -52,6 +53,7 @@ _EXPORTS = {
     "DraftModelDrafter": "drafters",
     "PromptLookupDrafter": "drafters",
     "load_demo_pair": "demo",
+    "load_pair": "pairs",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

@@ -43,6 +43,7 @@ class BenchConfig:
     prompts: list[str]
     max_new_tokens: int = 64
     temperature: float = 0.0
+    top_p: float = 1.0  # nucleus filter of every system when sampling (1 = off)
     gamma: int | str = 4
     batch_size: int = 1
     repeats: int = 3
@@ -55,7 +56,7 @@ class BenchConfig:
 @dataclass
 class System:
     """One benchmarked system. `kind`: "hf" (transformers generate), "loop" (our target-alone loop),
-    "assisted" (transformers assisted generation) or "exactspec"; `drafter`: "model" or "prompt_lookup";
+    "assisted" (transformers assisted generation), "hf_lookup" (its prompt lookup) or "exactspec"; `drafter`: "model" or "prompt_lookup";
     `tree`: set for tree speculation (replaces gamma); `run(input_ids, attention_mask, seed) -> (new tokens,
     GenerationStats or None)`."""
 
@@ -105,7 +106,8 @@ def _batches(tokenizer, prompts: list[str], batch_size: int) -> list[tuple[torch
 
 
 @torch.inference_mode()
-def target_alone_loop(target, input_ids, attention_mask, *, max_new_tokens, temperature, seed, timings=None):
+def target_alone_loop(target, input_ids, attention_mask, *, max_new_tokens, temperature, seed, timings=None,
+                      top_p: float = 1.0):
     """Plain autoregressive decoding with exactspec's own sampling path and an HF KV cache.
 
     The baseline the cost model assumes (one target call of one token per new token), to separate the
@@ -121,7 +123,7 @@ def target_alone_loop(target, input_ids, attention_mask, *, max_new_tokens, temp
         timings["prefill"] = time.perf_counter() - t0
     cache, tokens = out.cache, []
     for step in range(max_new_tokens):
-        probs = probs_from_logits(out.logits[:, -1], temperature=temperature)  # [B, V]
+        probs = probs_from_logits(out.logits[:, -1], temperature=temperature, top_p=top_p)  # [B, V]
         nxt = probs.argmax(-1) if temperature == 0 else sample_from_probs(probs, gen)
         tokens.append(nxt)
         if step == max_new_tokens - 1:  # the last token needs no forward pass
@@ -138,13 +140,13 @@ def _hf_kwargs(cfg: BenchConfig, tokenizer) -> dict:
     kw = dict(max_new_tokens=cfg.max_new_tokens, min_new_tokens=cfg.max_new_tokens, do_sample=sample,
               pad_token_id=tokenizer.pad_token_id)
     if sample:
-        kw.update(temperature=cfg.temperature, top_k=0, top_p=1.0)
+        kw.update(temperature=cfg.temperature, top_k=0, top_p=cfg.top_p)
     return kw
 
 
 def system_names(gamma_n: int, gammas=None, trees=()) -> list[str]:
     """Every system's name, in the order :func:`build_systems` runs them (all batch sizes)."""
-    return [BASELINE, LOOP, f"HF assisted (γ={gamma_n})"] + \
+    return [BASELINE, LOOP, f"HF assisted (γ={gamma_n})", f"HF prompt lookup (γ={gamma_n})"] + \
         [f"exactspec token (γ={g})" for g in (gammas or (gamma_n,))] + \
         [f"exactspec block (γ={gamma_n})", "exactspec token (γ=auto)", "exactspec block (γ=auto)",
          f"exactspec prompt lookup (γ={gamma_n})", "exactspec prompt lookup (γ=auto)"] + \
@@ -159,7 +161,7 @@ def build_systems(target, draft, tokenizer, cfg: BenchConfig, cost_model) -> dic
     gamma_n = cfg.gamma if isinstance(cfg.gamma, int) else 4
     gammas = cfg.gammas or (gamma_n,)
     spec_kw = dict(max_new_tokens=cfg.max_new_tokens, do_sample=cfg.temperature > 0,
-                   temperature=max(cfg.temperature, 0.0), top_k=0, top_p=1.0,  # as hf_kw
+                   temperature=max(cfg.temperature, 0.0), top_k=0, top_p=cfg.top_p,  # as hf_kw
                    eos_token_id=[], pad_token_id=tokenizer.pad_token_id)
 
     def hf(ids, mask, seed, **extra):
@@ -169,7 +171,7 @@ def build_systems(target, draft, tokenizer, cfg: BenchConfig, cost_model) -> dic
 
     def loop(ids, mask, seed):
         toks = target_alone_loop(target, ids, mask, max_new_tokens=cfg.max_new_tokens,
-                                 temperature=cfg.temperature, seed=seed)
+                                 temperature=cfg.temperature, seed=seed, top_p=cfg.top_p)
         return toks.numel(), None
 
     def ours(name, gamma, method="token", drafter="model", tree=None):
@@ -188,6 +190,8 @@ def build_systems(target, draft, tokenizer, cfg: BenchConfig, cost_model) -> dic
         systems.append(System(f"HF assisted (γ={gamma_n})", "assisted", lambda ids, mask, seed: hf(
             ids, mask, seed, assistant_model=draft, num_assistant_tokens=gamma_n,
             num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.0), gamma_n))
+        systems.append(System(f"HF prompt lookup (γ={gamma_n})", "hf_lookup", lambda ids, mask, seed: hf(
+            ids, mask, seed, prompt_lookup_num_tokens=gamma_n), gamma_n, drafter="prompt_lookup"))
     systems += [ours(f"exactspec token (γ={g})", g) for g in gammas]
     systems += [ours(f"exactspec block (γ={gamma_n})", gamma_n, "block"),
                 ours("exactspec token (γ=auto)", "auto"),
@@ -295,7 +299,7 @@ def _calibrated(target, systems: dict, batches, cfg: BenchConfig, cost_model) ->
             stats[name].append(systems[name].run(ids, mask, cfg.seed - 1 - b)[1])
         timings: dict = {}
         t0 = time.perf_counter()
-        target_alone_loop(target, ids, mask, max_new_tokens=n, temperature=cfg.temperature,
+        target_alone_loop(target, ids, mask, max_new_tokens=n, temperature=cfg.temperature, top_p=cfg.top_p,
                           seed=cfg.seed - 1 - b, timings=timings)
         plain_s += time.perf_counter() - t0
         plain_prefill += timings["prefill"]

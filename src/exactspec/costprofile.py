@@ -113,8 +113,15 @@ class CostProfile:
 
 
 def _calibrate(cm: CostModel, target, draft, batch: int, prompt_len: int, prompt_ids, max_new: int, gamma: int,
-               seed: int) -> CostModel:
-    """`cm` re-priced on one run of exactspec's loop and of our target-alone loop at this batch size."""
+               seed: int, rounds: int = 3) -> CostModel:
+    """`cm` re-priced as exactspec's loop runs at this batch size, the way `exactspec bench` prices it.
+
+    Every prompt batch (all of `prompt_ids`, `batch` rows at a time; random tokens without them) runs
+    `rounds` times through exactspec's loop and, interleaved with it, through our target-alone loop; the
+    loop's statistics over all those runs price its draft step and per-step overhead, and the plain loop's
+    time per step prices plain decoding. One short run would let a single slow call (allocation, a
+    scheduler hiccup) set the per-step overhead: measured so, plan's prediction was 26% low.
+    """
     import time
 
     import torch
@@ -125,26 +132,33 @@ def _calibrate(cm: CostModel, target, draft, batch: int, prompt_len: int, prompt
     if max_new < 2:
         raise ValueError(f"max_new_tokens must be >= 2 to calibrate, got {max_new}")
     g = torch.Generator().manual_seed(seed)
+    batches = []
     if prompt_ids:
-        rows = [prompt_ids[i % len(prompt_ids)] for i in range(batch)]
-        width = max(len(r) for r in rows)
-        ids = torch.zeros(batch, width, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for i, r in enumerate(rows):
-            ids[i, width - len(r):], mask[i, width - len(r):] = torch.tensor(r), 1
+        for start in range(0, len(prompt_ids), batch):
+            rows = [prompt_ids[(start + i) % len(prompt_ids)] for i in range(batch)]
+            width = max(len(r) for r in rows)
+            ids = torch.zeros(batch, width, dtype=torch.long)
+            mask = torch.zeros_like(ids)
+            for i, r in enumerate(rows):
+                ids[i, width - len(r):], mask[i, width - len(r):] = torch.tensor(r), 1
+            batches.append((ids, mask))
     else:
         vocab = target.get_output_embeddings().weight.shape[0]
         ids = torch.randint(1, vocab, (batch, prompt_len), generator=g)
-        mask = torch.ones_like(ids)
-    ids, mask = ids.to(target.device), mask.to(target.device)
+        batches.append((ids, torch.ones_like(ids)))
+    batches = [(i.to(target.device), m.to(target.device)) for i, m in batches]
     gen = SpeculativeGenerator(target, draft) if draft is not None else \
         SpeculativeGenerator(target, drafter="prompt_lookup")
     kw = dict(max_new_tokens=max_new, do_sample=False, gamma=gamma, eos_token_id=[], seed=seed)
-    gen.generate(ids, mask, **kw)  # warm-up: first calls pay for allocation
-    stats = gen.generate(ids, mask, **kw).stats
-    timings: dict = {}
-    target_alone_loop(target, ids, mask, max_new_tokens=max_new, temperature=0.0, seed=seed)
-    t0 = time.perf_counter()
-    target_alone_loop(target, ids, mask, max_new_tokens=max_new, temperature=0.0, seed=seed, timings=timings)
-    plain = (time.perf_counter() - t0 - timings["prefill"]) / (max_new - 1)
-    return cm.calibrate(stats, plain_time=plain)
+    gen.generate(*batches[0], **kw)  # warm-up: first calls pay for allocation
+    target_alone_loop(target, *batches[0], max_new_tokens=max_new, temperature=0.0, seed=seed)
+    stats, plain, steps = [], 0.0, 0
+    for _ in range(rounds):
+        for ids, mask in batches:
+            stats.append(gen.generate(ids, mask, **kw).stats)
+            timings: dict = {}
+            t0 = time.perf_counter()
+            target_alone_loop(target, ids, mask, max_new_tokens=max_new, temperature=0.0, seed=seed, timings=timings)
+            plain += time.perf_counter() - t0 - timings["prefill"]
+            steps += max_new - 1
+    return cm.calibrate(stats, plain_time=plain / steps)

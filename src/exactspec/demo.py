@@ -107,11 +107,13 @@ def training_report() -> dict:
 
 
 def run_demo(target, draft, tokenizer, prompts: list[str], *, max_new_tokens: int = 64, temperature: float = 0.0,
-             gamma: int | str = "auto", method: str = "token", seed: int = 0, on_text=None) -> dict:
+             gamma: int | str = "auto", method: str = "token", seed: int = 0, on_text=None,
+             eos_token_id=()) -> dict:
     """Complete each prompt with speculative decoding, then measure plain decoding and the predicted speedup.
 
     `on_text(prompt_index, text, kind)` is called as text arrives; kind is "prompt", "accepted", "corrected"
-    or "bonus" (see `exactspec.text.token_kinds`). Returns a summary dict: per-position acceptance, mean accepted length (with and
+    or "bonus" (see `exactspec.text.token_kinds`). `eos_token_id` (ids; default none) ends a completion, as a
+    chat model's end-of-turn token should. Returns a summary dict: per-position acceptance, mean accepted length (with and
     without the bonus token), tokens/s of speculative and plain decoding measured here, and the speedup the
     cost model predicts from the measured acceptance.
     """
@@ -149,7 +151,7 @@ def run_demo(target, draft, tokenizer, prompts: list[str], *, max_new_tokens: in
         t0 = time.perf_counter()
         stream = gen.stream(enc["input_ids"], enc["attention_mask"], max_new_tokens=max_new_tokens,
                             do_sample=not greedy, temperature=temperature, top_k=0, gamma=gamma,
-                            method=method, eos_token_id=[], seed=seed + i)  # top_k=0: as the HF run below
+                            method=method, eos_token_id=list(eos_token_id), seed=seed + i)  # top_k=0: as the HF run below
         for step in stream:
             for toks, fds, drafted in zip(step.tokens, step.from_draft, step.drafted):
                 start = len(ids)

@@ -14,7 +14,7 @@ def bench_markdown(report: dict) -> str:
     cfg = report["config"]
     cm = report["cost_model"]
     lines = [
-        f"max_new_tokens={cfg['max_new_tokens']}, temperature={cfg['temperature']}, batch_size={cfg['batch_size']}, "
+        f"max_new_tokens={cfg['max_new_tokens']}, temperature={cfg['temperature']}, top_p={cfg.get('top_p', 1.0)}, batch_size={cfg['batch_size']}, "
         f"prompts={cfg['num_prompts']}, repeats={cfg['repeats']} (median), threads={report['threads']}; "
         f"cost model: t_draft={cm['t_draft'] * 1e3:.2f} ms, T_target(1)={_t(cm, 1)}, T_target(5)={_t(cm, 5)}, "
         f"c={report['cost_ratio']:.3f}",

@@ -11,12 +11,17 @@ def register(sub) -> None:
                        description=__doc__)
     p.add_argument("--target", help="target model: a directory or a .gguf file (default: the shipped demo pair)")
     p.add_argument("--draft", help="draft model: a directory or a .gguf file (default: the shipped demo pair)")
+    p.add_argument("--pair", metavar="NAME", help="a shipped pair instead of --target/--draft: stdlib (the demo "
+                   "pair, the default) or smollm2 (SmolLM2-135M-Instruct and its distilled draft; chat prompts)")
+    p.add_argument("--chat", action=argparse.BooleanOptionalAction, default=None,
+                   help="wrap each prompt as a user message with the chat template (default: on for a chat pair)")
     p.add_argument("--prompts", help="prompt file: JSON (a list, or {\"prompts\": [...]}) or text with one prompt "
                    "per blank-line-separated block (default: the demo pair's held-out prompts); e.g. "
                    "benchmarks/prompts/unseen_code.json, the hand-written unseen set")
     p.add_argument("--num-prompts", type=integer(1), default=4, help="how many prompts to use (default 4)")
     p.add_argument("--max-new-tokens", type=integer(1), default=64)
     p.add_argument("--temperature", type=real(0), default=0.0)
+    p.add_argument("--top-p", type=real(0, 1), default=1.0, help="top-p filter when sampling (default 1 = off)")
     p.add_argument("--gamma", default="4", help="draft length N or 'auto' of the HF assisted, block and prompt "
                    "lookup systems (default 4)")
     p.add_argument("--gammas", help="fixed draft lengths of the token rule, e.g. 1,2,3,4,6,8 (default: --gamma); "
@@ -45,12 +50,31 @@ def _gammas(value: str | None):
     return gammas
 
 
-def _load(args: argparse.Namespace):
-    from exactspec.demo import load_pair
+def _pair(args: argparse.Namespace) -> str | None:
+    """The shipped pair's name (None for --target/--draft), checked before any model loads."""
+    from exactspec.pairs import pair_name
 
-    if (args.target is None) != (args.draft is None):
-        raise ValueError("give both --target and --draft, or neither (the shipped demo pair)")
-    return load_pair(args.target, args.draft)
+    if args.pair is None:
+        if (args.target is None) != (args.draft is None):
+            raise ValueError("give both --target and --draft, or neither (the shipped demo pair)")
+        return None if args.target else "stdlib"
+    if args.target or args.draft:
+        raise ValueError("--pair replaces --target/--draft; give one or the other")
+    try:
+        return pair_name(args.pair)
+    except ValueError as exc:
+        raise ValueError(f"--{exc}") from None
+
+
+def _load(args: argparse.Namespace, pair: str | None):
+    import contextlib
+    import io
+
+    from exactspec.demo import load_pair
+    from exactspec.pairs import load_pair as load_named
+
+    with contextlib.redirect_stderr(io.StringIO()):  # transformers' GGUF loader draws a plain tqdm bar there
+        return load_named(pair) if pair else load_pair(args.target, args.draft)
 
 
 def _check_out_dir(out: str) -> None:
@@ -86,27 +110,35 @@ def run(args: argparse.Namespace) -> int:
 
     from exactspec.bench import BenchConfig, load_prompts, run_bench
     from exactspec.cli import parse_gamma, parse_tree
-    from exactspec.demo import demo_prompts
+    from exactspec.pairs import chat_prompt, is_chat, pair_prompts
     from exactspec.report import bench_markdown, write_bench
 
     gamma, gammas = parse_gamma(args.gamma), _gammas(args.gammas)
+    if args.top_p <= 0:
+        raise ValueError(f"--top-p must be in (0, 1], got {args.top_p}")
     trees = () if args.tree == "none" else tuple(parse_tree(t) for t in args.tree.split(";") if t)
     _check_out_dir(args.out)
     _check_systems(args.systems, gamma if isinstance(gamma, int) else 4, gammas, trees)
     if args.prompts:  # read (and checked) before any model loads
         check_in_file("--prompts", args.prompts)
-    prompts = load_prompts(args.prompts) if args.prompts else demo_prompts()
-    if (args.target is None) != (args.draft is None):
-        raise ValueError("give both --target and --draft, or neither (the shipped demo pair)")
+    pair = _pair(args)
+    prompts = load_prompts(args.prompts) if args.prompts else pair_prompts(pair or "stdlib")
+    chat = args.chat if args.chat is not None else bool(pair and is_chat(pair))
     torch.set_num_threads(args.threads)
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
     # transformers' assisted generation warns about the arguments it passes itself; not the user's concern.
     hf_logging.set_verbosity_error()
-    target, draft, tokenizer = _load(args)
+    target, draft, tokenizer = _load(args, pair)
     prompts = prompts[: args.num_prompts]
+    if chat:
+        try:
+            prompts = [chat_prompt(tokenizer, p) for p in prompts]
+        except ValueError as exc:
+            raise ValueError(f"--{exc}") from None
     cfg = BenchConfig(prompts=prompts, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                      top_p=args.top_p,
                       gamma=gamma, batch_size=args.batch_size, repeats=args.repeats, seed=args.seed,
                       systems=args.systems.split(",") if args.systems else None, gammas=gammas,
                       trees=trees)

@@ -1,4 +1,4 @@
-"""`exactspec demo`: speculative decoding on the shipped demo pair, offline, with what happened explained."""
+"""`exactspec demo`: speculative decoding on a shipped pair, offline, with what happened explained."""
 from __future__ import annotations
 
 import argparse
@@ -10,6 +10,9 @@ from exactspec.cli.generate import STYLES
 def register(sub) -> None:
     p = sub.add_parser("demo", help="run speculative decoding on the shipped demo pair (offline)",
                        description=__doc__)
+    p.add_argument("--pair", default="stdlib", metavar="NAME",
+                   help="stdlib (default: the demo pair trained on Python's standard library) or smollm2 "
+                        "(SmolLM2-135M-Instruct, a real chat model, with its distilled draft)")
     p.add_argument("--prompts", type=integer(1), default=3, help="how many held-out prompts to complete (default 3)")
     p.add_argument("--max-new-tokens", type=integer(1), default=64)
     p.add_argument("--temperature", type=real(0), default=0.0, help="0 = greedy (default)")
@@ -30,12 +33,17 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
     from rich.text import Text
 
-    from exactspec.demo import demo_prompts, load_demo_pair, run_demo
-
     from exactspec.cli import parse_gamma
+    from exactspec.demo import run_demo
+    from exactspec.pairs import chat_prompt, is_chat, load_pair, pair_name, pair_prompts
 
     args.gamma = parse_gamma(args.gamma)
-    n_prompts = len(demo_prompts())
+    try:
+        pair = pair_name(args.pair)
+    except ValueError as exc:
+        raise ValueError(f"--{exc}") from None
+    chat = is_chat(pair)
+    n_prompts = len(pair_prompts(pair))
     if args.prompts > n_prompts:
         raise ValueError(f"--prompts must be <= {n_prompts} (the held-out prompts shipped), got {args.prompts}")
     torch.set_num_threads(args.threads)
@@ -43,8 +51,13 @@ def run(args: argparse.Namespace) -> int:
 
     hf_logging.disable_progress_bar()  # loading two small local models needs no progress bars
     console = Console(highlight=False)
-    target, draft, tokenizer = load_demo_pair()
-    prompts = demo_prompts()[: args.prompts]
+    import contextlib
+    import io
+
+    with contextlib.redirect_stderr(io.StringIO()):  # the GGUF conversion (first run only) draws a tqdm bar
+        target, draft, tokenizer = load_pair(pair)
+    messages = pair_prompts(pair)[: args.prompts]
+    prompts = [chat_prompt(tokenizer, m) for m in messages] if chat else messages
 
     def on_text(i: int, text: str, kind: str) -> None:
         if args.json:
@@ -53,7 +66,11 @@ def run(args: argparse.Namespace) -> int:
             if i:
                 console.print()  # end the previous completion's last line
             console.print(Rule(f"held-out prompt {i + 1}/{len(prompts)}"))
-            text = "…\n" + "\n".join(text.splitlines()[-6:]) + "\n"  # the prompt's tail is enough context
+            if chat:  # the user's message, not the template around it
+                console.print(Text("user: " + messages[i], style="bold"))
+                text = "assistant: "
+            else:
+                text = "…\n" + "\n".join(text.splitlines()[-6:]) + "\n"  # the prompt's tail is enough context
         console.print(Text(text, style=STYLES[kind]), end="")
 
     if not args.json:
@@ -62,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
                                     ("bonus token (all drafts kept)", STYLES["bonus"])))
     summary = run_demo(target, draft, tokenizer, prompts, max_new_tokens=args.max_new_tokens,
                        temperature=args.temperature, gamma=args.gamma, method=args.method, seed=args.seed,
-                       on_text=on_text)
+                       on_text=on_text, eos_token_id=[tokenizer.eos_token_id] if chat else [])
     if args.json:
         print(json.dumps(summary))
         return 0

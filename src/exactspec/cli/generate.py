@@ -30,6 +30,8 @@ def register(subparsers) -> None:
     p.add_argument("--target", metavar="PATH_OR_ID",
                    help="target model: a Hugging Face directory or id, or a .gguf file (default: the demo pair's)")
     p.add_argument("--draft", metavar="PATH_OR_ID", help="draft model sharing the target's tokenizer (same forms)")
+    p.add_argument("--pair", metavar="NAME", help="a shipped pair instead of --target/--draft: stdlib (the demo "
+                   "pair) or smollm2 (SmolLM2-135M-Instruct and its distilled draft; use with --chat)")
     p.add_argument("--chat", action="store_true",
                    help="wrap each prompt as a user message with the tokenizer's chat template")
     p.add_argument("--prompt-lookup", action="store_true", help="draft by n-gram prompt lookup (no draft model)")
@@ -65,6 +67,18 @@ def load_models(args):
     from exactspec.demo import load_pair
 
     hf_logging.disable_progress_bar()  # stderr stays for errors
+    if args.pair is not None:
+        from exactspec.pairs import load_pair as load_named, pair_name
+
+        try:
+            name = pair_name(args.pair)
+        except ValueError as exc:
+            raise ValueError(f"--{exc}") from None
+        if args.target or args.draft:
+            raise ValueError("--pair replaces --target/--draft; give one or the other")
+        with contextlib.redirect_stderr(io.StringIO()):
+            target, draft, tok = load_named(name, device=args.device)
+        return target, (None if args.prompt_lookup else draft), tok
     if args.prompt_lookup and args.draft:
         raise ValueError("--prompt-lookup and --draft exclude each other")
     if args.target is not None and args.draft is None and not args.prompt_lookup:
@@ -76,10 +90,12 @@ def load_models(args):
 
 def chat_prompt(tok, prompt: str) -> str:
     """`prompt` as one user turn in the tokenizer's chat template, ready for the assistant's answer."""
-    if not getattr(tok, "chat_template", None):
-        raise ValueError("--chat: the target's tokenizer has no chat template")
-    return tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
-                                   tokenize=False)
+    from exactspec.pairs import chat_prompt as render
+
+    try:
+        return render(tok, prompt)
+    except ValueError as exc:
+        raise ValueError(f"--{exc}") from None
 
 
 def stats_table(stats):

@@ -10,7 +10,7 @@ import json
 import math
 import time
 
-PAIRS = ("demo",)
+PAIRS = ("demo", "stdlib", "smollm2")
 
 
 def register(subparsers) -> None:
@@ -65,6 +65,7 @@ def run(args) -> int:
 # ------------------------------------------------------------------------------------------ offline
 def _offline(args, sizes) -> int:
     from exactspec.offline import measure_acceptance
+    from exactspec.pairs import chat_prompt, is_chat
     from exactspec.plan import engine_configs, plan_offline
 
     target_path, draft_path = _paths(args)
@@ -73,7 +74,9 @@ def _offline(args, sizes) -> int:
     prompts = read_prompts(args.prompts)
     if args.max_new_tokens < 1:
         raise ValueError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
-    target, draft, tok = _load(target_path, None if args.prompt_lookup else draft_path)
+    target, draft, tok = _load(target_path, None if args.prompt_lookup else draft_path, args.pair)
+    if args.pair and is_chat(args.pair):  # a chat pair serves user messages: render them as its template does
+        prompts = [chat_prompt(tok, p) for p in prompts]
     acc = measure_acceptance(target, tok, prompts, draft=draft, prompt_lookup=args.prompt_lookup,
                              max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
                              top_p=args.top_p, max_gamma=args.max_gamma, ngram=args.ngram, seed=args.seed)
@@ -92,13 +95,24 @@ def _offline(args, sizes) -> int:
     return 0
 
 
-def _paths(args) -> tuple[str, str | None]:
+def pair_paths(name: str) -> tuple[str, str]:
+    """Where a shipped pair's target and draft live (what the emitted engine configs name)."""
+    from exactspec.pairs import pair_name
+
+    if pair_name(name) == "smollm2":
+        from exactspec import smollm2
+
+        return str(smollm2.gguf_path()), str(smollm2.PAIR_DIR)
     from exactspec.demo import PAIR_DIR
 
+    return str(PAIR_DIR / "target"), str(PAIR_DIR / "draft")
+
+
+def _paths(args) -> tuple[str, str | None]:
     if args.pair and (args.target or args.draft):
         raise ValueError("--pair replaces --target/--draft; give one or the other")
     if args.pair:
-        return str(PAIR_DIR / "target"), str(PAIR_DIR / "draft")
+        return pair_paths(args.pair)
     if not args.target:
         raise ValueError("give --target PATH (with --draft PATH or --prompt-lookup), or --pair demo")
     if args.prompt_lookup and args.draft:
@@ -108,13 +122,21 @@ def _paths(args) -> tuple[str, str | None]:
     return args.target, args.draft
 
 
-def _load(target_path, draft_path):
+def _load(target_path, draft_path, pair=None):
+    import contextlib
+    import io
+
     from transformers.utils import logging as hf_logging
 
     from exactspec.demo import load_pair
+    from exactspec.pairs import load_pair as load_named
 
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
+    if pair:
+        with contextlib.redirect_stderr(io.StringIO()):  # the GGUF loader's plain tqdm bar
+            target, draft, tok = load_named(pair)
+        return target, (draft if draft_path else None), tok
     return load_pair(target_path, draft_path)
 
 

@@ -9,7 +9,7 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("profile", help="measure T_target(k) and t_draft per batch size, write JSON",
                               description=__doc__)
     p.add_argument("--target", metavar="PATH", help="target model (local path or local HF cache)")
-    p.add_argument("--pair", choices=("demo",), help="a shipped pair instead of --target/--draft")
+    p.add_argument("--pair", choices=("demo", "stdlib", "smollm2"), help="a shipped pair instead of --target/--draft")
     p.add_argument("--draft", metavar="PATH", help="draft model (omit for prompt lookup: a free draft step)")
     p.add_argument("--batch-sizes", default="1", metavar="1,8,32", help="batch sizes to profile (default 1)")
     p.add_argument("--prompt-len", type=int, default=64, help="context length of the timed calls (default 64)")
@@ -27,9 +27,8 @@ def run(args) -> int:
     import torch
     from transformers.utils import logging as hf_logging
 
-    from exactspec.cli.plan import _batch_sizes
+    from exactspec.cli.plan import _batch_sizes, _load, pair_paths
     from exactspec.costprofile import CostProfile
-    from exactspec.demo import PAIR_DIR, load_pair
 
     if args.pair and (args.target or args.draft):
         raise ValueError("--pair replaces --target/--draft; give one or the other")
@@ -42,11 +41,16 @@ def run(args) -> int:
             raise ValueError(f"--threads must be >= 1, got {args.threads}")
         torch.set_num_threads(args.threads)
     sizes = _batch_sizes(args.batch_sizes)
-    target_path = str(PAIR_DIR / "target") if args.pair else args.target
-    draft_path = str(PAIR_DIR / "draft") if args.pair else args.draft
+    target_path, draft_path = pair_paths(args.pair) if args.pair else (args.target, args.draft)
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
-    target, draft, _ = load_pair(target_path, draft_path, device=args.device)
+    if args.pair:
+        target, draft, _ = _load(target_path, draft_path, args.pair)
+        target, draft = target.to(args.device), draft.to(args.device)
+    else:
+        from exactspec.demo import load_pair
+
+        target, draft, _ = load_pair(target_path, draft_path, device=args.device)
     prof = CostProfile.measure(target, draft, batch_sizes=sizes, prompt_len=args.prompt_len, repeats=args.repeats,
                                calibrate=args.calibrate)
     prof.metadata.update(target=target_path, draft=draft_path, device=args.device,
