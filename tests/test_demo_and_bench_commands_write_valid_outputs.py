@@ -39,6 +39,9 @@ def test_bench_writes_json_markdown_and_pngs(tmp_path, capsys):
     assert json.loads((out / "bench.json").read_text()) == report
     names = [r["system"] for r in report["rows"]]
     assert names[0] == "target (HF generate)" and any(n.startswith("HF assisted") for n in names)
+    assert any(n.startswith("HF prompt lookup") for n in names)
+    # Greedy: every system's tokens were compared with target-alone generate's (the demo pair: all equal).
+    assert all(r["greedy_equals_target_generate"] is True for r in report["rows"])
     assert any("block" in n for n in names) and any("prompt lookup" in n for n in names)
     for row in report["rows"]:
         assert row["tokens_per_second"] > 0
@@ -53,6 +56,7 @@ def test_bench_writes_json_markdown_and_pngs(tmp_path, capsys):
     md = (out / "bench.md").read_text()
     assert all(n in md for n in names)
     assert "Time per target call inside the loop" in md
+    assert "Greedy output equal to target-alone `generate`" in md
     # Each exactspec system's cost model came from its own untimed run and prices the loop's overhead.
     cals = report["calibrated_cost_models"]
     assert set(cals) == {n for n in names if n.startswith("exactspec")}
@@ -94,3 +98,17 @@ def test_demo_with_one_new_token_has_no_prediction_and_does_not_crash(capsys):
     assert summary["predicted_speedup"] is None and summary["predicted_speedup_forwards"] is None
     assert main(["demo", "--prompts", "1", "--max-new-tokens", "1", "--threads", "1"]) == 0
     assert "—" in capsys.readouterr().out
+
+
+def test_greedy_equality_check_compares_up_to_the_first_eos():
+    import torch
+
+    from exactspec.bench import _greedy_prefix_equal
+
+    ref = torch.tensor([[5, 6, 7, 8], [1, 2, 3, 4]])
+    assert _greedy_prefix_equal(ref.clone(), ref, {0}) == (True, 8)
+    ours = torch.tensor([[5, 6, 0, 9], [1, 2, 3, 4]])  # EOS at 2: generate (EOS banned) went on differently
+    assert _greedy_prefix_equal(ours, ref, {0}) == (True, 6)
+    ours = torch.tensor([[5, 9, 7, 8], [1, 2, 3, 4]])
+    assert _greedy_prefix_equal(ours, ref, {0}) == (False, 8)
+    assert _greedy_prefix_equal(ours[:, :3], ref, {0}) == (False, 0)

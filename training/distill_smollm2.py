@@ -92,6 +92,60 @@ def stage_gen(work, which, minutes, batch, max_new, seed):
         print(f"gen {which}: shard {b}/{len(batches)} {ntok} tokens, {time.time() - t0:.0f}s", flush=True)
 
 
+def text_chunks(tok, chunk_tokens, seed):
+    """Off-policy text for teacher forcing, all offline: Python's documentation topics (English prose with
+    code), the README text of the installed packages' METADATA, and standard-library source; cut into
+    chunks of `chunk_tokens` tokens and interleaved by a seeded shuffle."""
+    import importlib.metadata
+    import random
+    import sysconfig
+
+    lib = pathlib.Path(sysconfig.get_paths()["stdlib"])
+    from pydoc_data.topics import topics  # the text behind `help("topic")`
+
+    texts = list(topics.values())
+    for dist in sorted(importlib.metadata.distributions(), key=lambda d: d.metadata["Name"] or ""):
+        body = dist.metadata.get_payload() if hasattr(dist.metadata, "get_payload") else None
+        if body and len(body) > 500:
+            texts.append(body)
+    for path in sorted(lib.glob("*.py"))[::3]:
+        texts.append(path.read_text(encoding="utf-8", errors="replace"))
+    chunks = []
+    for t in texts:
+        ids = tok(t, add_special_tokens=False)["input_ids"]
+        chunks += [ids[i:i + chunk_tokens] for i in range(0, len(ids) - chunk_tokens + 1, chunk_tokens)]
+    random.Random(seed).shuffle(chunks)
+    return chunks
+
+
+def stage_teacher(work, minutes, batch, chunk_tokens, seed):
+    """The target's top-64 log-probs over off-policy text, each chunk placed as an assistant answer."""
+    from exactspec.smollm2 import load_target
+
+    out = work / "gen_tf"
+    out.mkdir(parents=True, exist_ok=True)
+    target, tok = load_target()
+    prefix = tok.apply_chat_template([{"role": "user", "content": "Tell me more."}], add_generation_prompt=True,
+                                     tokenize=True, return_dict=True)["input_ids"]
+    chunks = text_chunks(tok, chunk_tokens, seed)
+    t0 = time.time()
+    for b in range(0, len(chunks), batch):
+        path = out / f"shard_{b // batch:05d}.pt"
+        if path.exists():
+            continue
+        if time.time() - t0 > minutes * 60:
+            print(f"teacher: time budget reached at chunk {b} of {len(chunks)}")
+            break
+        ids = torch.tensor([prefix + c for c in chunks[b:b + batch]])  # [B, P + C]
+        with torch.inference_mode():
+            lp = torch.log_softmax(target(input_ids=ids).logits[:, len(prefix) - 1:-1].float(), -1)  # [B, C, V]
+        top_lp, top_ix = lp.topk(TOPK, -1)
+        rows = [{"prompt": None, "sampled": None, "ids": ids[r].to(torch.int32), "answer_start": len(prefix),
+                 "top_ix": top_ix[r].to(torch.int32), "top_lp": top_lp[r].to(torch.float16)} for r in range(len(ids))]
+        torch.save(rows, path)
+        print(f"teacher: shard {b // batch} ({ids.numel()} tokens) {time.time() - t0:.0f}s", flush=True)
+
+
 def load_shards(work, which):
     rows = []
     for p in sorted((work / f"gen_{which}").glob("shard_*.pt")):
@@ -110,9 +164,13 @@ def stage_vocab(work, size):
     mass = torch.zeros(len(tok))
     for r in load_shards(work, "train"):
         mass.index_add_(0, r["top_ix"].long().flatten(), r["top_lp"].float().exp().flatten())
-    mass[tok.eos_token_id] = float("inf")
+    total = mass.sum().item()
+    covered_before_eos = mass.topk(size).values.sum().item() / total
+    mass[tok.eos_token_id] = float("inf")  # the head must be able to end a turn
     ids = mass.topk(size).indices.sort().values
-    covered = (mass[ids].clamp(max=1e9).sum() / mass.clamp(max=1e9).sum()).item()
+    mass[tok.eos_token_id] = 0.0
+    covered = mass[ids].sum().item() / total
+    del covered_before_eos
     print(f"vocab: {size} tokens hold {covered:.4f} of the target's top-{TOPK} mass on the training answers")
     torch.save(ids, path)
     return ids
@@ -156,7 +214,27 @@ def draft_loss(draft, ids, mask, b_ix, s_ix, t_ix, t_p):
     return -(t_p * logq.gather(1, t_ix)).sum(1).mean()
 
 
-def stage_train(work, minutes, vocab, layers, batch, lr, seed):
+@torch.inference_mode()
+def quick_alpha(draft, rows, slot, batch=16):
+    """alpha = sum min(p, q) over the stored top-64 of p (a lower bound: p's tail is left out); for picking
+    the checkpoint, where only the draft has to run."""
+    total, n = 0.0, 0
+    draft.eval()
+    for i in range(0, len(rows), batch):
+        ids, mask, b_ix, s_ix, _, _ = collate(rows[i:i + batch], slot)
+        h = draft.model(input_ids=ids, attention_mask=mask).last_hidden_state
+        q_sub = torch.softmax(draft.lm_head.subset_logits(h[b_ix, s_ix]), -1)  # [N, S]
+        top_ix = torch.cat([r["top_ix"].long() for r in rows[i:i + batch]])  # [N, 64]
+        top_p = torch.cat([r["top_lp"].float().exp() for r in rows[i:i + batch]])
+        k = slot[top_ix]
+        q = torch.where(k >= 0, q_sub.gather(1, k.clamp(min=0)), torch.zeros_like(top_p))
+        total += torch.minimum(top_p, q).sum().item()
+        n += len(top_ix)
+    draft.train()
+    return total / n
+
+
+def stage_train(work, minutes, vocab, layers, batch, lr, seed, init=None, tag="", chat_weight=1):
     from exactspec.smollm2 import build_draft, load_target
 
     target, _ = load_target()
@@ -166,10 +244,13 @@ def stage_train(work, minutes, vocab, layers, batch, lr, seed):
     draft = build_draft(target, ids_sub, num_layers=layers).train()
     with torch.no_grad():  # the target's head on a 2-layer state is far too sure of itself (loss 17 vs 7)
         draft.lm_head.weight.mul_(0.1)
+    if init is not None:  # go on from an earlier run's weights (e.g. its best checkpoint), fresh optimiser
+        draft.load_state_dict(torch.load(init), strict=False)
+        print(f"train: initialised from {init}")
     params = [p for n, p in draft.named_parameters() if not n.startswith("model.embed_tokens.")]
     draft.model.embed_tokens.weight.requires_grad_(False)
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0, betas=(0.9, 0.98))
-    ckpt = work / f"draft_L{layers}_V{vocab}.ckpt"
+    ckpt = work / f"draft_L{layers}_V{vocab}{tag}.ckpt"
     state = {"elapsed": 0.0, "step": 0, "epoch": 0, "log": []}
     if ckpt.exists():
         saved = torch.load(ckpt)
@@ -177,7 +258,10 @@ def stage_train(work, minutes, vocab, layers, batch, lr, seed):
         opt.load_state_dict(saved["opt"])
         state = saved["state"]
         print(f"train: resumed at step {state['step']} ({state['elapsed'] / 60:.1f} min)")
-    rows = load_shards(work, "train")
+    # The target's own answers (on-policy), `chat_weight` times, plus the teacher-forced text if any.
+    rows = load_shards(work, "train") * chat_weight + load_shards(work, "tf")
+    held = load_shards(work, "heldout")
+    best = state.get("best", (-1.0, None))
     print(f"train: {len(rows)} answers, {sum(len(r['top_ix']) for r in rows)} answer tokens")
     budget = minutes * 60
     t_last, t_save = time.time(), time.time()
@@ -205,6 +289,15 @@ def stage_train(work, minutes, vocab, layers, batch, lr, seed):
                 state["log"].append((state["step"], round(state["elapsed"]), float(loss)))
                 print(f"train: step {state['step']} epoch {state['epoch']} loss {float(loss):.4f} "
                       f"{state['elapsed'] / 60:.1f}/{minutes} min", flush=True)
+            if state["step"] % 100 == 0 or state["elapsed"] >= budget:
+                a = quick_alpha(draft, held, slot)
+                state["log"].append((state["step"], "held-out alpha (top-64 lower bound)", round(a, 4)))
+                print(f"train: step {state['step']} held-out alpha >= {a:.4f}", flush=True)
+                if a > best[0]:
+                    best = (a, state["step"])
+                    torch.save(draft.state_dict(), work / f"best_L{layers}_V{vocab}{tag}.pt")
+                state["best"] = best
+                t_last = time.time()  # evaluation time is not training time
             if now - t_save > 300 or state["elapsed"] >= budget:
                 torch.save({"model": draft.state_dict(), "opt": opt.state_dict(), "state": state}, ckpt)
                 t_save = now
@@ -214,6 +307,9 @@ def stage_train(work, minutes, vocab, layers, batch, lr, seed):
             state["epoch"] += 1
             state["in_epoch"] = 0
     torch.save({"model": draft.state_dict(), "opt": opt.state_dict(), "state": state}, ckpt)
+    if best[1] is not None:  # the checkpoint with the best held-out alpha, not merely the last one
+        draft.load_state_dict(torch.load(work / f"best_L{layers}_V{vocab}{tag}.pt"))
+        print(f"train: exporting step {best[1]} (held-out alpha >= {best[0]:.4f})")
     return target, draft.eval(), state
 
 
@@ -245,6 +341,7 @@ def stage_export(work, target, draft, state, args):
     from exactspec.smollm2 import draft_state
 
     held = load_shards(work, "heldout")
+    train, tf = load_shards(work, "train"), load_shards(work, "tf")
     report = {"held_out": {k: evaluate(target, draft, [r for r in held if r["sampled"] == s])
                            for k, s in (("greedy_answers", False), ("sampled_answers", True))}}
     EXPORT.mkdir(parents=True, exist_ok=True)
@@ -254,7 +351,12 @@ def stage_export(work, target, draft, state, args):
     report.update({"training": {"steps": state["step"], "minutes": round(state["elapsed"] / 60, 1),
                                 "epochs": state["epoch"], "layers": args.layers, "vocab_subset": args.vocab,
                                 "batch": args.train_batch, "lr": args.lr, "seed": args.seed,
-                                "train_answers": len(load_shards(work, "train")), "loss_log": state["log"][-20:]},
+                                "exported_step": state.get("best", (None, None))[1],
+                                "init": str(args.init) if args.init else None, "chat_weight": args.chat_weight,
+                                "loss_log": state["log"][-30:]},
+                   "data": {"train_answers": len(train), "train_answer_tokens": sum(len(r["top_ix"]) for r in train),
+                            "teacher_forced_tokens": sum(len(r["top_ix"]) for r in tf),
+                            "heldout_answers": len(held), "heldout_prompts": len({r["prompt"] for r in held})},
                    "command": "python training/distill_smollm2.py " + " ".join(sys.argv[1:])})
     (EXPORT / "training_report.json").write_text(json.dumps(report, indent=1))
     prompts = sorted({r["prompt"] for r in held})
@@ -265,7 +367,9 @@ def stage_export(work, target, draft, state, args):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--work", type=pathlib.Path, default=HERE / "work-smollm2")
-    ap.add_argument("--stage", choices=["gen", "train", "all"], default="all")
+    ap.add_argument("--stage", choices=["gen", "teacher", "train", "all"], default="all")
+    ap.add_argument("--teacher-minutes", type=float, default=15)
+    ap.add_argument("--chunk-tokens", type=int, default=160)
     ap.add_argument("--gen-minutes", type=float, default=20)
     ap.add_argument("--train-minutes", type=float, default=40)
     ap.add_argument("--batch", type=int, default=24)
@@ -275,14 +379,20 @@ def main(argv=None):
     ap.add_argument("--vocab", type=int, default=8192)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--init", type=pathlib.Path, help="start the draft from these weights (a best_*.pt)")
+    ap.add_argument("--tag", default="", help="suffix of this run's checkpoint names")
+    ap.add_argument("--chat-weight", type=int, default=1, help="times each on-policy answer is seen per epoch")
     args = ap.parse_args(argv)
     torch.set_num_threads(2)
     if args.stage in ("gen", "all"):
         stage_gen(args.work, "heldout", args.gen_minutes, args.batch, args.max_new, args.seed)
         stage_gen(args.work, "train", args.gen_minutes, args.batch, args.max_new, args.seed)
+    if args.stage in ("teacher", "all"):
+        stage_teacher(args.work, args.teacher_minutes, args.batch, args.chunk_tokens, args.seed)
     if args.stage in ("train", "all"):
         target, draft, state = stage_train(args.work, args.train_minutes, args.vocab, args.layers,
-                                           args.train_batch, args.lr, args.seed)
+                                           args.train_batch, args.lr, args.seed, args.init, args.tag,
+                                           args.chat_weight)
         stage_export(args.work, target, draft, state, args)
 
 

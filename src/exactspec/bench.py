@@ -58,7 +58,7 @@ class System:
     """One benchmarked system. `kind`: "hf" (transformers generate), "loop" (our target-alone loop),
     "assisted" (transformers assisted generation), "hf_lookup" (its prompt lookup) or "exactspec"; `drafter`: "model" or "prompt_lookup";
     `tree`: set for tree speculation (replaces gamma); `run(input_ids, attention_mask, seed) -> (new tokens,
-    GenerationStats or None)`."""
+    GenerationStats or None, the new token ids [B, N])`."""
 
     name: str
     kind: str
@@ -167,12 +167,12 @@ def build_systems(target, draft, tokenizer, cfg: BenchConfig, cost_model) -> dic
     def hf(ids, mask, seed, **extra):
         torch.manual_seed(seed)
         out = target.generate(ids, attention_mask=mask, **hf_kw, **extra)
-        return (out.shape[1] - ids.shape[1]) * ids.shape[0], None
+        return (out.shape[1] - ids.shape[1]) * ids.shape[0], None, out[:, ids.shape[1]:]
 
     def loop(ids, mask, seed):
         toks = target_alone_loop(target, ids, mask, max_new_tokens=cfg.max_new_tokens,
                                  temperature=cfg.temperature, seed=seed, top_p=cfg.top_p)
-        return toks.numel(), None
+        return toks.numel(), None, toks
 
     def ours(name, gamma, method="token", drafter="model", tree=None):
         # One generator per system: gamma="auto" carries what it learns from run to run per generator.
@@ -182,7 +182,7 @@ def build_systems(target, draft, tokenizer, cfg: BenchConfig, cost_model) -> dic
         def run(ids, mask, seed):
             out = gen.generate(ids, attention_mask=mask, seed=seed, method=method, **spec_kw,
                                **({"tree": tree} if tree is not None else {"gamma": gamma}))
-            return out.stats.new_tokens, out.stats
+            return out.stats.new_tokens, out.stats, out.sequences[:, ids.shape[1]:]
         return System(name, "exactspec", run, gamma, method, drafter, tree)
 
     systems = [System(BASELINE, "hf", hf), System(LOOP, "loop", loop)]
@@ -257,6 +257,13 @@ def run_bench(target, draft, tokenizer, cfg: BenchConfig, progress=None) -> dict
     systems = build_systems(target, draft, tokenizer, cfg, cost_model)
     results = {name: SystemResult(name) for name in systems}
     total, done = cfg.repeats * len(batches) * len(systems), 0
+    # Greedy: every system's tokens must equal target-alone `generate`'s, prompt by prompt (last repeat),
+    # up to the row's first end-of-sequence token: `generate` runs with min_new_tokens (equal lengths), which
+    # bans EOS, while exactspec's systems run with no EOS and keep the target's argmax, EOS included.
+    equal = {name: True for name in systems} if cfg.temperature == 0 else None
+    compared = {name: 0 for name in systems}
+    eos = target.generation_config.eos_token_id
+    eos = set([eos] if isinstance(eos, int) else eos or []) | ({tokenizer.eos_token_id} - {None})
     for system in systems.values():  # warm-up: first calls pay for allocation and lazy initialisation
         system.run(*batches[0], cfg.seed)
     loop_costs, prefill = _calibrated(target, systems, batches, cfg, cost_model)
@@ -265,7 +272,13 @@ def run_bench(target, draft, tokenizer, cfg: BenchConfig, progress=None) -> dict
         for b, (ids, mask) in enumerate(batches):
             for name, system in systems.items():  # interleaved: A B C A B C ...
                 t0 = time.perf_counter()
-                n, stats = system.run(ids, mask, cfg.seed + 1000 * r + b)
+                n, stats, new = system.run(ids, mask, cfg.seed + 1000 * r + b)
+                if equal is not None and r == cfg.repeats - 1:
+                    if name == BASELINE:
+                        reference = new
+                    ok, n_cmp = _greedy_prefix_equal(new, reference, eos)
+                    equal[name] &= ok
+                    compared[name] += n_cmp
                 totals[name][0] += time.perf_counter() - t0
                 totals[name][1] += n
                 if stats is not None and r == cfg.repeats - 1:
@@ -276,7 +289,24 @@ def run_bench(target, draft, tokenizer, cfg: BenchConfig, progress=None) -> dict
         for name, (t, n) in totals.items():
             results[name].times.append(t)
             results[name].tokens.append(n)
-    return _report(results, systems, cfg, cost_model, loop_costs, prefill)
+    report = _report(results, systems, cfg, cost_model, loop_costs, prefill)
+    for row in report["rows"]:
+        row["greedy_equals_target_generate"] = None if equal is None else equal[row["system"]]
+        row["greedy_tokens_compared"] = None if equal is None else compared[row["system"]]
+    return report
+
+
+def _greedy_prefix_equal(new: torch.Tensor, reference: torch.Tensor, eos: set) -> tuple[bool, int]:
+    """Whether `new` [B, N] equals `reference` [B, N] in every row up to the row's first EOS in `new`
+    (exclusive), and how many tokens were compared."""
+    if new.shape != reference.shape:
+        return False, 0
+    ok, n = True, 0
+    for a, b in zip(new.tolist(), reference.tolist()):
+        cut = next((i for i, t in enumerate(a) if t in eos), len(a))
+        ok &= a[:cut] == b[:cut]
+        n += cut
+    return ok, n
 
 
 def _calibrated(target, systems: dict, batches, cfg: BenchConfig, cost_model) -> tuple[dict, dict]:

@@ -50,6 +50,14 @@ def bench_markdown(report: dict) -> str:
                   f"{summary['best_fixed_speedup_vs_target']:.2f}× target; γ=auto at "
                   f"{summary['auto_speedup_vs_target']:.2f}× target = {summary['auto_vs_best_fixed']:.2f}× the best "
                   "fixed γ."]
+    checked = [r for r in report["rows"] if r.get("greedy_equals_target_generate") is not None]
+    if checked:
+        differ = [r["system"] for r in checked if not r["greedy_equals_target_generate"]]
+        n_cmp = min(r["greedy_tokens_compared"] for r in checked)
+        lines += ["", "Greedy output equal to target-alone `generate`, token for token on every prompt (last "
+                  f"repeat, each row up to its first EOS: {n_cmp} tokens per system): " + ("every system." if not differ else "every system but " + ", ".join(differ) +
+                                 " (fp32 near-ties between a batched verification pass and one-token decoding "
+                                 "can flip an argmax; see the JSON).")]
     for note in report.get("notes", []):
         lines += ["", f"Note: {note}."]
     lines += ["", "Predicted × (loop-calibrated): per-position acceptance measured here, priced by an untimed "
