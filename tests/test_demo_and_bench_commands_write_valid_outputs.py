@@ -112,3 +112,8 @@ def test_greedy_equality_check_compares_up_to_the_first_eos():
     ours = torch.tensor([[5, 9, 7, 8], [1, 2, 3, 4]])
     assert _greedy_prefix_equal(ours, ref, {0}) == (False, 8)
     assert _greedy_prefix_equal(ours[:, :3], ref, {0}) == (False, 0)
+    # The cut comes from the target's own unbanned greedy run: a system ending early still differs there.
+    loop = torch.tensor([[5, 6, 7, 0], [1, 2, 3, 4]])
+    early = torch.tensor([[5, 0, 7, 8], [1, 2, 3, 4]])
+    assert _greedy_prefix_equal(early, ref, {0}, cut_from=loop) == (False, 7)
+    assert _greedy_prefix_equal(ref.clone(), ref, {0}, cut_from=loop) == (True, 7)

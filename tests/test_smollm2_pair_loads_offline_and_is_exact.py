@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import pathlib
 
 import numpy as np
 import pytest
@@ -22,15 +23,23 @@ from exactspec.pairs import chat_prompt, load_pair, pair_prompts  # noqa: E402
 from exactspec.sampling import probs_from_logits  # noqa: E402
 from exactspec.smollm2 import PAIR_DIR, SubsetHead, training_report  # noqa: E402
 
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
 
 @pytest.fixture(scope="module")
 def pair():
     return load_pair("smollm2")
 
 
-def test_pair_loads_offline_with_a_small_shipped_draft(monkeypatch, pair):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    target, draft, tok = pair
+def test_pair_loads_offline_with_a_small_shipped_draft(monkeypatch):
+    import socket
+
+    def no_network(*a, **k):
+        raise AssertionError("loading the smollm2 pair tried to open a network connection")
+
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    monkeypatch.setattr(socket, "create_connection", no_network)
+    target, draft, tok = load_pair("smollm2")
     assert type(target).__name__ == "LlamaForCausalLM" and target.config.num_hidden_layers == 30
     assert draft.config.vocab_size == target.config.vocab_size == len(tok)
     assert isinstance(draft.lm_head, SubsetHead) and tok.eos_token == "<|im_end|>"
@@ -40,13 +49,14 @@ def test_pair_loads_offline_with_a_small_shipped_draft(monkeypatch, pair):
     assert 0 < report["held_out"]["greedy_answers"]["alpha"] <= 1
     prompts = pair_prompts("smollm2")
     assert len(prompts) >= 12 and all(isinstance(p, str) and p for p in prompts)
-    unseen = json.loads(open("benchmarks/prompts/unseen_chat.json").read())["prompts"]
+    unseen = json.loads((ROOT / "benchmarks" / "prompts" / "unseen_chat.json").read_text())["prompts"]
     assert not set(unseen) & set(prompts)
 
 
 def test_greedy_speculative_equals_target_generate_on_chat_prompts(pair):
     # float64: no near-ties between a batched verification pass and one-token decoding.
     target, draft, tok = (m.double() if hasattr(m, "double") else m for m in pair)
+    side = tok.padding_side
     try:
         tok.padding_side = "left"
         texts = [chat_prompt(tok, p) for p in pair_prompts("smollm2")[:3]]
@@ -65,12 +75,13 @@ def test_greedy_speculative_equals_target_generate_on_chat_prompts(pair):
             assert got[:cut] == want[:cut], f"row {row}"
         assert out.stats.accepted_tokens > 0
     finally:
+        tok.padding_side = side
         for m in pair[:2]:
             m.float()
 
 
 def test_sampled_tokens_follow_the_exact_target_law(pair):
-    """T = 0.7, top-p 0.9 (the bench's sampled setting): 300 copies of one chat prompt in one batch; the
+    """T = 0.7, top-p 0.9 (the bench's sampled setting): 240 copies of one chat prompt in one batch; the
     first token against p at the prompt, the second against p after the two commonest first tokens."""
     target, draft, tok = pair
     transform = dict(temperature=0.7, top_p=0.9)
@@ -78,7 +89,7 @@ def test_sampled_tokens_follow_the_exact_target_law(pair):
                                     {"role": "user", "content": "Name one fruit."}],
                                    add_generation_prompt=True, tokenize=False)
     prompt = tok(text, return_tensors="pt")["input_ids"]  # [1, P]
-    rows = 300
+    rows = 240
     ids = prompt.repeat(rows, 1)
     out = SpeculativeGenerator(target, draft).generate(ids, torch.ones_like(ids), max_new_tokens=2, gamma=3,
                                                        do_sample=True, **transform, top_k=0, seed=11,
@@ -105,7 +116,11 @@ def test_sampled_tokens_follow_the_exact_target_law(pair):
     assert (p1 > 0).sum() >= 2, "the check needs a prompt whose first token is uncertain"
     check(new[:, 0], p1, "first token")
     firsts, counts = np.unique(new[:, 0], return_counts=True)
+    checked = 0
     for first in firsts[np.argsort(-counts)][:2]:
         chosen = new[new[:, 0] == first, 1]
         if len(chosen) >= 30:
             check(chosen, law(torch.cat([prompt, torch.tensor([[int(first)]])], 1)), f"second token after {first}")
+            checked += 1
+    assert checked, "no first token was common enough to check the second token's law"
+    assert out.stats.drafted_tokens > 0

@@ -245,7 +245,9 @@ def stage_train(work, minutes, vocab, layers, batch, lr, seed, init=None, tag=""
     with torch.no_grad():  # the target's head on a 2-layer state is far too sure of itself (loss 17 vs 7)
         draft.lm_head.weight.mul_(0.1)
     if init is not None:  # go on from an earlier run's weights (e.g. its best checkpoint), fresh optimiser
-        draft.load_state_dict(torch.load(init), strict=False)
+        missing, unexpected = draft.load_state_dict(torch.load(init), strict=False)
+        if [k for k in missing if not k.startswith("model.embed_tokens.")] or unexpected:
+            raise SystemExit(f"--init {init} does not fit this draft: missing {missing}, unexpected {unexpected}")
         print(f"train: initialised from {init}")
     params = [p for n, p in draft.named_parameters() if not n.startswith("model.embed_tokens.")]
     draft.model.embed_tokens.weight.requires_grad_(False)

@@ -259,7 +259,9 @@ def run_bench(target, draft, tokenizer, cfg: BenchConfig, progress=None) -> dict
     total, done = cfg.repeats * len(batches) * len(systems), 0
     # Greedy: every system's tokens must equal target-alone `generate`'s, prompt by prompt (last repeat),
     # up to the row's first end-of-sequence token: `generate` runs with min_new_tokens (equal lengths), which
-    # bans EOS, while exactspec's systems run with no EOS and keep the target's argmax, EOS included.
+    # bans EOS, while exactspec's systems run with no EOS and keep the target's argmax, EOS included. Where
+    # the row's first EOS is, our target-alone loop says (it bans nothing), so a system that ends early
+    # still differs from `generate` there.
     equal = {name: True for name in systems} if cfg.temperature == 0 else None
     compared = {name: 0 for name in systems}
     eos = target.generation_config.eos_token_id
@@ -275,8 +277,10 @@ def run_bench(target, draft, tokenizer, cfg: BenchConfig, progress=None) -> dict
                 n, stats, new = system.run(ids, mask, cfg.seed + 1000 * r + b)
                 if equal is not None and r == cfg.repeats - 1:
                     if name == BASELINE:
-                        reference = new
-                    ok, n_cmp = _greedy_prefix_equal(new, reference, eos)
+                        reference, cut_from = new, None
+                    elif name == LOOP:
+                        cut_from = new
+                    ok, n_cmp = _greedy_prefix_equal(new, reference, eos, cut_from)
                     equal[name] &= ok
                     compared[name] += n_cmp
                 totals[name][0] += time.perf_counter() - t0
@@ -296,14 +300,16 @@ def run_bench(target, draft, tokenizer, cfg: BenchConfig, progress=None) -> dict
     return report
 
 
-def _greedy_prefix_equal(new: torch.Tensor, reference: torch.Tensor, eos: set) -> tuple[bool, int]:
-    """Whether `new` [B, N] equals `reference` [B, N] in every row up to the row's first EOS in `new`
-    (exclusive), and how many tokens were compared."""
-    if new.shape != reference.shape:
+def _greedy_prefix_equal(new: torch.Tensor, reference: torch.Tensor, eos: set,
+                         cut_from: torch.Tensor | None = None) -> tuple[bool, int]:
+    """Whether `new` [B, N] equals `reference` [B, N] in every row up to the row's first EOS in `cut_from`
+    [B, N] (default: `new`; exclusive), and how many tokens were compared."""
+    if new.shape != reference.shape or (cut_from is not None and cut_from.shape != new.shape):
         return False, 0
     ok, n = True, 0
-    for a, b in zip(new.tolist(), reference.tolist()):
-        cut = next((i for i, t in enumerate(a) if t in eos), len(a))
+    cuts = (cut_from if cut_from is not None else new).tolist()
+    for a, b, c in zip(new.tolist(), reference.tolist(), cuts):
+        cut = next((i for i, t in enumerate(c) if t in eos), len(c))
         ok &= a[:cut] == b[:cut]
         n += cut
     return ok, n

@@ -188,7 +188,9 @@ def run_demo(target, draft, tokenizer, prompts: list[str], *, max_new_tokens: in
         "speculative_tokens_per_second": spec_tps,
         "plain_tokens_per_second": plain_tps,
         "measured_speedup": spec_tps / plain_tps,
-        "predicted_speedup": predict(total, loop_cost, n_tokens=max_new_tokens, prefill_plain=plain_token,
+        # Tokens per completion as run: a chat model's completions end at its end-of-turn token.
+        "predicted_speedup": predict(total, loop_cost, n_tokens=max(1, round(spec_tokens / len(prompts))),
+                                     prefill_plain=plain_token,
                                      prefill_spec=total.prefill_time / len(prompts)),
         "predicted_speedup_forwards": predict(total, cost),
         "cost_model": cost.to_dict(),

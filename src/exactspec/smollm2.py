@@ -18,6 +18,7 @@ import importlib.util
 import json
 import os
 import pathlib
+import shutil
 
 import torch
 from torch import nn
@@ -47,7 +48,8 @@ def _sha256(path: pathlib.Path) -> str:
 
 
 def cache_dir() -> pathlib.Path:
-    return pathlib.Path(os.environ.get("EXACTSPEC_CACHE", pathlib.Path.home() / ".cache" / "exactspec"))
+    """`$EXACTSPEC_CACHE`, or `~/.cache/exactspec` when it is unset or empty."""
+    return pathlib.Path(os.environ.get("EXACTSPEC_CACHE") or pathlib.Path.home() / ".cache" / "exactspec")
 
 
 def target_dir() -> pathlib.Path:
@@ -70,10 +72,20 @@ def target_dir() -> pathlib.Path:
     if hasattr(model, "hf_quantizer"):
         model.hf_quantizer = None
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
-    model.save_pretrained(tmp)
-    tok.save_pretrained(tmp)
-    (tmp / "exactspec.json").write_text(json.dumps({"gguf": str(src), "sha256": sha}))
-    tmp.replace(out) if not out.exists() else None
+    try:
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        (tmp / "exactspec.json").write_text(json.dumps({"gguf": str(src), "sha256": sha}))
+    except OSError as exc:  # a full disk or a read-only cache: say where, leave no half-written copy
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise ValueError(f"cannot cache the converted smollm2 target in {out.parent} ({exc}); set "
+                         "EXACTSPEC_CACHE to a writable directory") from exc
+    if out.exists() and not (out / "exactspec.json").exists():
+        shutil.rmtree(out, ignore_errors=True)  # a conversion that died half-way
+    try:
+        tmp.replace(out)
+    except OSError:  # another process finished the same conversion first: keep its copy
+        shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 
@@ -156,10 +168,10 @@ def load_draft(target, path: pathlib.Path | None = None):
 
 def load_pair(dtype=None, device: str = "cpu"):
     """`(target, draft, tokenizer)` for SmolLM2-135M-Instruct, offline."""
-    target, tok = load_target(dtype=dtype, device=device)
-    if not (PAIR_DIR / "draft.safetensors").exists():
+    if not (PAIR_DIR / "draft.safetensors").exists():  # before the (slow) target
         raise FileNotFoundError(f"the smollm2 draft is missing from {PAIR_DIR}; rebuild it with "
                                 "`python training/distill_smollm2.py`")
+    target, tok = load_target(dtype=dtype, device=device)
     return target, load_draft(target).to(device), tok
 
 

@@ -83,7 +83,9 @@ def _children(logits: torch.Tensor, count: int, spec) -> tuple:
         return tok, proxy, None
     q = spec.probs(logits)  # [B, F, V]
     noise = torch.empty_like(q).exponential_(generator=spec.generator)
-    tok = (q / noise).topk(count, -1).indices  # draw order of a without-replacement sample
+    # Draw order of a without-replacement sample (exponential race); q = 0 (e.g. outside a draft head's token
+    # subset) ranks last, also when the noise is exactly 0 (0/0 would be NaN, which topk ranks first).
+    tok = torch.where(q > 0, q / noise, -1.0).topk(count, -1).indices
     ok = q.gather(-1, tok) > 0
     proxy = q.topk(count, -1).values  # value-free score: the rank-th largest q, not q of the token drawn
     return torch.where(ok, tok, torch.full_like(tok, -1)), torch.where(ok, proxy, -torch.ones_like(proxy)), q

@@ -32,8 +32,9 @@ def register(subparsers) -> None:
     p.add_argument("--draft", metavar="PATH_OR_ID", help="draft model sharing the target's tokenizer (same forms)")
     p.add_argument("--pair", metavar="NAME", help="a shipped pair instead of --target/--draft: stdlib (the demo "
                    "pair) or smollm2 (SmolLM2-135M-Instruct and its distilled draft; use with --chat)")
-    p.add_argument("--chat", action="store_true",
-                   help="wrap each prompt as a user message with the tokenizer's chat template")
+    p.add_argument("--chat", action=argparse.BooleanOptionalAction, default=None,
+                   help="wrap each prompt as a user message with the tokenizer's chat template (default: on for "
+                        "a chat pair such as --pair smollm2, off otherwise)")
     p.add_argument("--prompt-lookup", action="store_true", help="draft by n-gram prompt lookup (no draft model)")
     p.add_argument("--ngram", type=integer(1), default=3, metavar="N",
                    help="longest n-gram --prompt-lookup matches (tries N down to 1; default 3)")
@@ -76,6 +77,10 @@ def load_models(args):
             raise ValueError(f"--{exc}") from None
         if args.target or args.draft:
             raise ValueError("--pair replaces --target/--draft; give one or the other")
+        if args.chat is None:
+            from exactspec.pairs import is_chat
+
+            args.chat = is_chat(name)
         with contextlib.redirect_stderr(io.StringIO()):
             target, draft, tok = load_named(name, device=args.device)
         return target, (None if args.prompt_lookup else draft), tok
@@ -156,6 +161,7 @@ def run(args) -> int:
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token if tok.eos_token is not None else tok.convert_ids_to_tokens(0)
     tok.padding_side = "left"
+    args.chat = bool(args.chat)  # None (not given) is off for a path-given model
     texts = [chat_prompt(tok, p) for p in args.prompts] if args.chat else args.prompts
     # A chat template writes its own special tokens (BOS included): the tokenizer must not add them again.
     enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=not args.chat)

@@ -65,7 +65,7 @@ def run(args) -> int:
 # ------------------------------------------------------------------------------------------ offline
 def _offline(args, sizes) -> int:
     from exactspec.offline import measure_acceptance
-    from exactspec.pairs import chat_prompt, is_chat
+    from exactspec.pairs import chat_prompt, is_chat, pair_name
     from exactspec.plan import engine_configs, plan_offline
 
     target_path, draft_path = _paths(args)
@@ -91,6 +91,12 @@ def _offline(args, sizes) -> int:
     out["notes"] = notes + ["acceptance measured offline: the target wrote the texts, one teacher-forced pass "
                             "of each model scored them, and the speculative loop was replayed over them in "
                             "expectation (exactspec.offline); tree drafting is not planned"]
+    if args.pair and pair_name(args.pair) == "smollm2" and not args.prompt_lookup:
+        out["notes"].append("the smollm2 draft is exactspec's own format (2 layers that borrow the target's "
+                            "embedding, a head over 8,192 tokens): exactspec loads it with "
+                            "exactspec.load_pair('smollm2'), and transformers' assisted generation runs it once "
+                            "loaded; vLLM and SGLang cannot load this format (a plain Llama head has no -inf "
+                            "rows), so their configs above name its folder only as a placeholder")
     _emit(out, args.json)
     return 0
 
