@@ -77,3 +77,30 @@ def test_trees_refuse_generation_settings_that_depend_on_the_prefix():
     with pytest.raises(ValueError, match="tree"):
         gen.generate(torch.tensor([[1, 2, 3]]), max_new_tokens=2, tree=(2, 1), do_sample=True,
                      repetition_penalty=1.3)
+
+
+def test_tree_labels_drop_invalid_nodes_and_renumber():
+    """A sampled node may have fewer candidates than children (top-k, top-p, a draft head over a token
+    subset): its empty children are -1 and are left out of the label, with the rest renumbered."""
+    from exactspec.trees import valid_parents
+
+    parents = [-1, -1, -1, 0, 0, 1, 1, 2, 2, 3, 5]
+    tokens = [4, 6, -1, 1, -1, 2, 3, 5, 7, 1, 2]  # node 2 empty: its children 7, 8 go too
+    assert valid_parents(parents, tokens) == [-1, -1, 0, 1, 1, 2, 3]
+
+
+def test_sampled_tree_with_empty_siblings_in_the_middle_runs_and_labels():
+    """(4, 1, 1) under top-k 2: the root's third and fourth children are empty, so later nodes' indices shift;
+    the run (and its tree history) must not trip over it. Found by `exactspec bench --pair smollm2
+    --temperature 0.7 --top-p 0.9`, where the draft's q often has fewer tokens than a node has children."""
+    from _spec_models import left_padded, tiny_lm
+    from exactspec import SpeculativeGenerator
+
+    target = tiny_lm("llama", vocab=8, seed=0, init=0.5, dtype=torch.float32, attn="sdpa", hidden=16, layers=1)
+    draft = tiny_lm("llama", vocab=8, seed=1, init=0.5, dtype=torch.float32, attn="sdpa", hidden=16, layers=1)
+    ids, mask = left_padded([[3, 1, 4]] * 16)
+    for tree in ((4, 1, 1), "auto"):
+        out = SpeculativeGenerator(target, draft).generate(ids, mask, max_new_tokens=6, tree=tree, seed=5,
+                                                           do_sample=True, top_k=2, temperature=0.7,
+                                                           eos_token_id=[], pad_token_id=0)
+        assert out.sequences.shape == (16, 9) and out.stats.tree_nodes > 0

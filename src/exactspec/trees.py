@@ -219,11 +219,22 @@ class TreePlanner:
 
 
 def _label(tree) -> str:
-    """The tree of row 0 (all rows share a static tree's shape)."""
+    """The tree of row 0 (all rows share a static tree's shape), without its invalid nodes (-1 tokens: a
+    sampled node with fewer candidates than children, e.g. under top-p) and their descendants."""
     if tree is None:
         return ""
-    ok = tree.tokens[0] >= 0
-    return tree_label(tree.parents[0][ok].tolist())
+    return tree_label(valid_parents(tree.parents[0].tolist(), tree.tokens[0].tolist()))
+
+
+def valid_parents(parents: list[int], tokens: list[int]) -> list[int]:
+    """`parents` of the nodes whose token and ancestors are all valid (>= 0), renumbered among themselves."""
+    new: dict[int, int] = {}
+    out = []
+    for i, (p, t) in enumerate(zip(parents, tokens)):
+        if t >= 0 and (p < 0 or p in new):
+            new[i] = len(out)
+            out.append(-1 if p < 0 else new[p])
+    return out
 
 
 def verified_pairs(tree, path: torch.Tensor, accepted: torch.Tensor) -> list[list[tuple[int, int, bool]]]:
