@@ -84,6 +84,16 @@ def device(text: str) -> str:
     return text
 
 
+def pair(text: str) -> str:
+    """`type=` for --pair: a shipped pair's canonical name ("demo" is "stdlib")."""
+    from exactspec.pairs import pair_name
+
+    try:
+        return pair_name(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def check_out_file(option: str, path: str) -> None:
     """An output file whose directory exists (checked before any work is spent)."""
     import os

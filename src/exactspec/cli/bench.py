@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from exactspec.cli import SEED, check_in_file, integer, real
+from exactspec.cli import SEED, check_in_file, integer, pair, real
 
 
 def register(sub) -> None:
@@ -11,7 +11,7 @@ def register(sub) -> None:
                        description=__doc__)
     p.add_argument("--target", help="target model: a directory or a .gguf file (default: the shipped demo pair)")
     p.add_argument("--draft", help="draft model: a directory or a .gguf file (default: the shipped demo pair)")
-    p.add_argument("--pair", metavar="NAME", help="a shipped pair instead of --target/--draft: stdlib (the demo "
+    p.add_argument("--pair", type=pair, metavar="NAME", help="a shipped pair instead of --target/--draft: stdlib (the demo "
                    "pair, the default) or smollm2 (SmolLM2-135M-Instruct and its distilled draft; chat prompts)")
     p.add_argument("--chat", action=argparse.BooleanOptionalAction, default=None,
                    help="wrap each prompt as a user message with the chat template (default: on for a chat pair)")
@@ -52,18 +52,13 @@ def _gammas(value: str | None):
 
 def _pair(args: argparse.Namespace) -> str | None:
     """The shipped pair's name (None for --target/--draft), checked before any model loads."""
-    from exactspec.pairs import pair_name
-
     if args.pair is None:
         if (args.target is None) != (args.draft is None):
             raise ValueError("give both --target and --draft, or neither (the shipped demo pair)")
         return None if args.target else "stdlib"
     if args.target or args.draft:
         raise ValueError("--pair replaces --target/--draft; give one or the other")
-    try:
-        return pair_name(args.pair)
-    except ValueError as exc:
-        raise ValueError(f"--{exc}") from None
+    return args.pair
 
 
 def _load(args: argparse.Namespace, pair: str | None):

@@ -3,14 +3,14 @@ from __future__ import annotations
 
 import argparse
 
-from exactspec.cli import SEED, integer, real
+from exactspec.cli import SEED, integer, pair, real
 from exactspec.cli.generate import STYLES
 
 
 def register(sub) -> None:
     p = sub.add_parser("demo", help="run speculative decoding on the shipped demo pair (offline)",
                        description=__doc__)
-    p.add_argument("--pair", default="stdlib", metavar="NAME",
+    p.add_argument("--pair", type=pair, default="stdlib", metavar="NAME",
                    help="stdlib (default: the demo pair trained on Python's standard library) or smollm2 "
                         "(SmolLM2-135M-Instruct, a real chat model, with its distilled draft)")
     p.add_argument("--prompts", type=integer(1), default=3, help="how many held-out prompts to complete (default 3)")
@@ -35,13 +35,10 @@ def run(args: argparse.Namespace) -> int:
 
     from exactspec.cli import parse_gamma
     from exactspec.demo import run_demo
-    from exactspec.pairs import chat_prompt, is_chat, load_pair, pair_name, pair_prompts
+    from exactspec.pairs import chat_prompt, is_chat, load_pair, pair_prompts
 
     args.gamma = parse_gamma(args.gamma)
-    try:
-        pair = pair_name(args.pair)
-    except ValueError as exc:
-        raise ValueError(f"--{exc}") from None
+    pair = args.pair
     chat = is_chat(pair)
     n_prompts = len(pair_prompts(pair))
     if args.prompts > n_prompts:

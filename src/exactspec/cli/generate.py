@@ -12,7 +12,7 @@ import io
 import json
 import sys
 
-from exactspec.cli import SEED, device, integer, real
+from exactspec.cli import SEED, device, integer, pair, real
 
 # One palette for `generate` and `demo`.
 STYLES = {"prompt": "dim", "accepted": "bold green", "corrected": "bold red", "bonus": "bold cyan"}
@@ -30,7 +30,7 @@ def register(subparsers) -> None:
     p.add_argument("--target", metavar="PATH_OR_ID",
                    help="target model: a Hugging Face directory or id, or a .gguf file (default: the demo pair's)")
     p.add_argument("--draft", metavar="PATH_OR_ID", help="draft model sharing the target's tokenizer (same forms)")
-    p.add_argument("--pair", metavar="NAME", help="a shipped pair instead of --target/--draft: stdlib (the demo "
+    p.add_argument("--pair", type=pair, metavar="NAME", help="a shipped pair instead of --target/--draft: stdlib (the demo "
                    "pair) or smollm2 (SmolLM2-135M-Instruct and its distilled draft; use with --chat)")
     p.add_argument("--chat", action=argparse.BooleanOptionalAction, default=None,
                    help="wrap each prompt as a user message with the tokenizer's chat template (default: on for "
@@ -69,17 +69,12 @@ def load_models(args):
 
     hf_logging.disable_progress_bar()  # stderr stays for errors
     if args.pair is not None:
-        from exactspec.pairs import load_pair as load_named, pair_name
+        from exactspec.pairs import is_chat, load_pair as load_named
 
-        try:
-            name = pair_name(args.pair)
-        except ValueError as exc:
-            raise ValueError(f"--{exc}") from None
+        name = args.pair
         if args.target or args.draft:
             raise ValueError("--pair replaces --target/--draft; give one or the other")
         if args.chat is None:
-            from exactspec.pairs import is_chat
-
             args.chat = is_chat(name)
         with contextlib.redirect_stderr(io.StringIO()):
             target, draft, tok = load_named(name, device=args.device)

@@ -10,7 +10,8 @@ import json
 import math
 import time
 
-PAIRS = ("demo", "stdlib", "smollm2")
+from exactspec.cli import pair
+
 
 
 def register(subparsers) -> None:
@@ -18,7 +19,8 @@ def register(subparsers) -> None:
                               description=__doc__)
     src = p.add_argument_group("offline")
     src.add_argument("--target", metavar="PATH", help="target model (local path or local HF cache)")
-    src.add_argument("--pair", choices=PAIRS, help="a shipped pair instead of --target/--draft")
+    src.add_argument("--pair", type=pair, metavar="NAME",
+                     help="a shipped pair instead of --target/--draft: stdlib (alias demo) or smollm2")
     src.add_argument("--draft", metavar="PATH", help="draft model sharing the target's tokenizer")
     src.add_argument("--prompt-lookup", action="store_true", help="plan n-gram prompt lookup (no draft model)")
     src.add_argument("--ngram", type=int, default=3, help="longest n-gram prompt lookup matches (default 3)")
@@ -65,7 +67,7 @@ def run(args) -> int:
 # ------------------------------------------------------------------------------------------ offline
 def _offline(args, sizes) -> int:
     from exactspec.offline import measure_acceptance
-    from exactspec.pairs import chat_prompt, is_chat, pair_name
+    from exactspec.pairs import chat_prompt, is_chat
     from exactspec.plan import engine_configs, plan_offline
 
     target_path, draft_path = _paths(args)
@@ -91,7 +93,7 @@ def _offline(args, sizes) -> int:
     out["notes"] = notes + ["acceptance measured offline: the target wrote the texts, one teacher-forced pass "
                             "of each model scored them, and the speculative loop was replayed over them in "
                             "expectation (exactspec.offline); tree drafting is not planned"]
-    if args.pair and pair_name(args.pair) == "smollm2" and not args.prompt_lookup:
+    if args.pair == "smollm2" and not args.prompt_lookup:
         out["notes"].append("the smollm2 draft is exactspec's own format (2 layers that borrow the target's "
                             "embedding, a head over 8,192 tokens): exactspec loads it with "
                             "exactspec.load_pair('smollm2'), and transformers' assisted generation runs it once "

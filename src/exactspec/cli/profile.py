@@ -4,12 +4,14 @@ Run it on the machine you will deploy on; `exactspec plan --profile FILE` prices
 """
 from __future__ import annotations
 
+from exactspec.cli import pair
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("profile", help="measure T_target(k) and t_draft per batch size, write JSON",
                               description=__doc__)
     p.add_argument("--target", metavar="PATH", help="target model (local path or local HF cache)")
-    p.add_argument("--pair", choices=("demo", "stdlib", "smollm2"), help="a shipped pair instead of --target/--draft")
+    p.add_argument("--pair", type=pair, metavar="NAME", help="a shipped pair instead of --target/--draft")
     p.add_argument("--draft", metavar="PATH", help="draft model (omit for prompt lookup: a free draft step)")
     p.add_argument("--batch-sizes", default="1", metavar="1,8,32", help="batch sizes to profile (default 1)")
     p.add_argument("--prompt-len", type=int, default=64, help="context length of the timed calls (default 64)")
