@@ -36,9 +36,9 @@ TOPK = 64
 
 
 def chat_ids(tok, prompts):
-    texts = [tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False)
-             for p in prompts]
-    return tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+    from exactspec.pairs import chat_prompt  # the same rendering the demo and the bench use
+
+    return tok([chat_prompt(tok, p) for p in prompts], return_tensors="pt", padding=True, add_special_tokens=False)
 
 
 def stage_gen(work, which, minutes, batch, max_new, seed):

