@@ -3,11 +3,15 @@
 1. Per-position acceptance: the offline measurement (target writes, one teacher-forced pass, loop replayed in
    expectation) against SpeculativeGenerator.generate on the same demo prompts, gamma = 4, greedy (same texts:
    should agree exactly) and T = 1 (independent samples: agree within noise; several seeds each).
-2. Speedup: a profile measured here (`CostProfile.measure(calibrate=True)`, batch 1) prices the offline
+2. Block verification and trees (`blocktree`): the plan's block per-position acceptance against
+   generate(method="block") at T = 1, and its tree tokens per target call (the acceptance table per depth and
+   sibling rank, exactspec.offlinetrees) against generate(tree=shape), greedy and T = 1.
+3. Speedup: a profile measured here (`CostProfile.measure(calibrate=True)`, batch 1) prices the offline
    acceptance; compare with `exactspec bench --num-prompts 6 --max-new-tokens 64 --repeats 3` (pass its
    bench.json path as argv[1]).
 
     PYTHONPATH=src python benchmarks/plan_accuracy.py acceptance
+    PYTHONPATH=src python benchmarks/plan_accuracy.py blocktree
     exactspec bench --num-prompts 6 --max-new-tokens 64 --repeats 3 --out bench-out
     PYTHONPATH=src python benchmarks/plan_accuracy.py speedup bench-out/bench.json
 """
@@ -31,19 +35,55 @@ prompts = demo_prompts()[:N_PROMPTS]
 gen = SpeculativeGenerator(target, draft)
 
 
-def generated(temperature: float, seeds: int) -> GenerationStats:
+def generated(temperature: float, seeds: int, **kw) -> GenerationStats:
     runs = []
+    kw = {"gamma": GAMMA} | kw
     for s in range(seeds):
         for i, p in enumerate(prompts):
             ids = tok(p, return_tensors="pt")["input_ids"]
             runs.append(gen.generate(ids, max_new_tokens=NEW, do_sample=temperature > 0,
-                                     temperature=temperature or 1.0, gamma=GAMMA, eos_token_id=[],
-                                     seed=1000 * s + i).stats)
+                                     temperature=temperature or 1.0, eos_token_id=[],
+                                     seed=1000 * s + i, **kw).stats)
     return GenerationStats.merge(runs)
+
+
+def block_and_trees() -> dict:
+    from exactspec.offlinetrees import tree_acceptance
+    from exactspec.treemath import expected_tokens_tree
+
+    out = {}
+    for temperature, seeds in ((0.0, 1), (1.0, 4)):
+        t0 = time.perf_counter()
+        acc = measure_acceptance(target, tok, prompts * seeds, draft=draft, max_new_tokens=NEW,
+                                 temperature=temperature, max_gamma=8, stop_at_eos=False, seed=7, tree_ranks=4)
+        entry = {"prompts_x_seeds": f"{N_PROMPTS} x {seeds}", "plan_seconds": time.perf_counter() - t0}
+        if temperature > 0:
+            planned = acc.replay(GAMMA, "block")
+            st = generated(temperature, seeds, method="block")
+            entry["block"] = {"plan": planned.per_position_acceptance, "generate": st.per_position_acceptance,
+                              "generate_steps_reaching_position": st.position_drafted,
+                              "max_abs_diff": max(abs(a - b) for a, b in zip(planned.per_position_acceptance,
+                                                                            st.per_position_acceptance)),
+                              "plan_mean_accepted_per_step": float(planned.position_accepted.sum() / planned.steps),
+                              "generate_mean_accepted_per_step": st.mean_accepted_per_step}
+        table = tree_acceptance(acc, 6)
+        entry["tree_acceptance"] = table.round(4).tolist()
+        entry["trees"] = []
+        for shape in ((1, 1, 1, 1), (2, 1, 1, 1), (3, 2, 1, 1), (4, 2, 2, 1)):
+            st = generated(temperature, seeds, tree=shape)
+            planned, measured = expected_tokens_tree(shape, table), st.new_tokens / st.target_calls
+            entry["trees"].append({"shape": list(shape), "plan_tokens_per_call": planned,
+                                   "generate_tokens_per_call": measured, "rel_diff": planned / measured - 1})
+        out[f"T={temperature:g}"] = entry
+        print(json.dumps(entry), flush=True)
+    return out
 
 
 report = {}
 part = sys.argv[1] if len(sys.argv) > 1 else "acceptance"
+if part == "blocktree":
+    json.dump(block_and_trees(), open("/tmp/plan_accuracy_blocktree.json", "w"), indent=1)
+    sys.exit(0)
 for temperature, seeds in ((0.0, 1), (1.0, 4)) if part == "acceptance" else ((0.0, 0),):
     if seeds == 0:  # the speedup part needs only the greedy acceptance
         greedy_acc = measure_acceptance(target, tok, prompts, draft=draft, max_new_tokens=NEW, max_gamma=8,

@@ -33,12 +33,12 @@ def pair():
     return target, noisy_copy(target, 0.08), tokenizer()
 
 
-def generated(gen, tok, prompts, gamma, sample: bool, seed0: int = 0) -> GenerationStats:
+def generated(gen, tok, prompts, gamma, sample: bool, seed0: int = 0, method: str = "token") -> GenerationStats:
     runs = []
     for i, p in enumerate(prompts):
         ids = tok(p, return_tensors="pt")["input_ids"]
         runs.append(gen.generate(ids, max_new_tokens=NEW, do_sample=sample, gamma=gamma, eos_token_id=[],
-                                 seed=seed0 + i).stats)
+                                 seed=seed0 + i, method=method).stats)
     return GenerationStats.merge(runs)
 
 
@@ -83,9 +83,73 @@ def test_sampled_replay_matches_generate_within_noise(pair):
     for a_plan, a_gen, n in zip(planned, st.per_position_acceptance, st.position_drafted):
         se = math.sqrt(max(a_gen * (1 - a_gen), 0.02) / n)  # generate's sampling error dominates
         assert abs(a_plan - a_gen) < 4 * se, (planned, st.per_position_acceptance, st.position_drafted)
-    # for one token every verifier is the token rule: the ceiling's first position is the mean alpha
-    assert acc.block_ceiling is not None and acc.block_reach[0] == pytest.approx(
-        sum(r.alpha[:, 0].sum() for r in acc.rows) / acc.tokens)
+
+
+def test_sampled_block_replay_matches_generate_within_noise(pair):
+    target, draft, tok = pair
+    prompts = PROMPTS * 5
+    acc = measure_acceptance(target, tok, prompts, draft=draft, max_new_tokens=NEW, temperature=1.0, max_gamma=4,
+                             stop_at_eos=False, seed=12)
+    assert acc.block_differs
+    planned, token = acc.replay(4, "block"), acc.replay(4, "token")
+    # block never accepts less than the token rule; on this pair it accepts visibly more
+    assert planned.position_accepted.sum() / planned.steps > 1.02 * token.position_accepted.sum() / token.steps
+    st = generated(SpeculativeGenerator(target, draft), tok, prompts, 4, sample=True, seed0=300, method="block")
+    for a_plan, a_gen, n in zip(planned.per_position_acceptance, st.per_position_acceptance, st.position_drafted):
+        se = math.sqrt(max(a_gen * (1 - a_gen), 0.02) / n)
+        assert abs(a_plan - a_gen) < 4 * se, (planned.per_position_acceptance, st.per_position_acceptance)
+    mean_gen = st.accepted_tokens / st.target_calls
+    assert planned.position_accepted.sum() / planned.steps == pytest.approx(mean_gen, rel=0.08)
+
+
+def _table_dists(V: int, seed: int):
+    """A prefix-dependent distribution (a fresh random one per prefix, in first-asked order)."""
+    g = torch.Generator().manual_seed(seed)
+    table = {}
+
+    def dist(prefix):
+        if prefix not in table:
+            w = torch.rand(V, generator=g, dtype=torch.float64) ** 3 + 1e-3
+            table[prefix] = w / w.sum()
+        return table[prefix]
+    return dist
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_block_replay_law_equals_the_rules_enumeration(seed):
+    """E over target texts of the replay's A_i equals P(block verification keeps >= i tokens), for every i
+    and gamma, with the law of the kept count computed by exactspec.exact from the rule's own formulas."""
+    import itertools
+
+    from exactspec import exact
+    from exactspec.offline import _block_rows
+
+    V, K = 3, 3
+    pd, qd = _table_dists(V, seed), _table_dists(V, seed + 10)
+    for gamma in (1, 2, 3):
+        kept = [0.0] * (gamma + 1)  # P(exactly m kept), by enumeration of drafts and coins
+        for x, qx in exact._drafts(qd, gamma):
+            for m, pr, _ in exact._outcomes(pd, qd, x, "block"):
+                kept[m] += qx * pr
+        at_least = [sum(kept[m:]) for m in range(1, gamma + 1)]
+        a_mean, ea_mean, token_mean = [0.0] * gamma, [0.0] * gamma, [0.0] * gamma
+        for x in itertools.product(range(V), repeat=gamma):  # texts of the target, with their probabilities
+            px = 1.0
+            for j in range(gamma):
+                px *= float(pd(x[:j])[x[j]])
+            P = torch.stack([pd(x[:j]) for j in range(gamma)])
+            Q = torch.stack([qd(x[:j]) for j in range(gamma)])
+            A, EA = _block_rows(P, Q, torch.tensor(x), gamma)
+            w = torch.clamp(Q[range(gamma), list(x)] / P[range(gamma), list(x)], max=1.0).cumprod(0)
+            for j in range(gamma):
+                a_mean[j] += px * A[0, j]
+                ea_mean[j] += px * EA[0, j]
+                token_mean[j] += px * float(w[j])  # the token rule's A_i: a wrong law for block
+        assert a_mean == pytest.approx(at_least, abs=1e-12)
+        assert ea_mean == pytest.approx(at_least, abs=1e-12)
+        assert at_least[-1] > 0.05  # not a trivial case
+        if gamma > 1:  # the check has power: the token rule's products miss block's law by far more than 1e-12
+            assert max(abs(a - b) for a, b in zip(token_mean, at_least)) > 1e-5
 
 
 def test_bad_arguments_name_themselves(pair):

@@ -22,12 +22,14 @@ counts on the same text exactly.
 Prompt lookup is replayed the same way: from each start the n-gram lookup over prompt + written text gives
 the drafts d_j (one-hot q), so w = [x = d] and alpha = p(d).
 
-Block verification (Sun et al. 2024) needs the draft's distributions along its own sampled chains, which
-one teacher-forced pass does not see; what the pass does give is a ceiling. No valid verifier accepts i or
-more tokens with probability above ``sum_{x_1..x_i} min(p(x_1..x_i), q(x_1..x_i))`` (joint distributions),
-estimated here from the target's text as ``sum_v min(p_t(v), R q_t(v))`` with
-``R = prod_{j<t} q_j(x_j)/p_j(x_j)`` over the chain's earlier tokens, averaged over every start position.
-Block verification lies between the token rule (it never accepts less) and that ceiling.
+Block verification (Sun et al. 2024) is replayed exactly too. Its running weights along a chain,
+``W_0 = 1, W_i = min(1, W_{i-1} p(x_i)/q(x_i))``, satisfy ``P(tau >= i, X_1..X_i = x_1..x_i) = q(x_1..x_i) W_i``
+whatever gamma >= i (checked by enumeration in the tests), so given the target's text, with
+``R_i = prod_{j<=i} q_j(x_j)/p_j(x_j)``, a step accepts at least i tokens and emits the text with probability
+``A_i = R_i W_i = min(R_i, A_{i-1})`` relative to the text's own probability, and exactly m < k with
+``A_m - A_{m+1}`` (the block residual's mass on the next text token). That is the token rule's Markov chain
+with ``A_i`` in place of ``w_s .. w_{s+i-1}``; the expectation of the last factor given the prefix is
+``sum_v min(R_{i-1} q_t(v), A_{i-1} p_t(v))``. Every ``A_i`` is at most 1: the estimate is bounded.
 """
 from __future__ import annotations
 
@@ -86,6 +88,10 @@ class _Row:
     w: np.ndarray
     alpha: np.ndarray
     avail: np.ndarray
+    block_a: np.ndarray | None = None  # [n, K] A_i of a chain from s (module docstring); sampled draft only
+    block_ea: np.ndarray | None = None  # [n, K] E[A_i | prefix]
+    rank_num: np.ndarray | None = None  # [n, ranks] tree siblings (exactspec.offlinetrees.rank_terms)
+    rank_den: np.ndarray | None = None
 
     @property
     def n(self) -> int:
@@ -100,21 +106,34 @@ class OfflineAcceptance:
     drafter: str  # "draft_model" or "prompt_lookup"
     max_gamma: int
     rows: list[_Row]
-    block_reach: np.ndarray | None = None  # [max_gamma] ceiling on P(any verifier accepts >= i); sampled only
     texts: list[list[int]] = field(default_factory=list)  # the written continuations (token ids)
 
     @property
     def tokens(self) -> int:
         return sum(r.n for r in self.rows)
 
-    def replay(self, gamma: int) -> Replay:
-        """Expected statistics of ``generate`` at this gamma over the written texts (no EOS inside them)."""
+    @property
+    def block_differs(self) -> bool:
+        """Whether block verification's replay differs from the token rule's: sampled, with a draft model
+        (greedy, every rule is the greedy rule; prompt lookup's one-hot q makes block's weights the token
+        rule's products)."""
+        return bool(self.rows) and all(r.block_a is not None for r in self.rows)
+
+    def replay(self, gamma: int, method: str = "token", weights: list | None = None) -> Replay:
+        """Expected statistics of ``generate(gamma=gamma, method=method)`` over the written texts (no EOS
+        inside them). ``method``: "token" or "block" (see the module docstring). ``weights``: a list that
+        receives, per row, ``[n, gamma]``: entry [t, d] the probability that a step reaches draft position
+        d + 1 at written position t (what :mod:`exactspec.offlinetrees` weighs sibling ranks by)."""
         if isinstance(gamma, bool) or not isinstance(gamma, int) or not 1 <= gamma <= self.max_gamma:
             raise ValueError(f"gamma must be an integer in 1..{self.max_gamma}, got {gamma!r}")
+        if method not in ("token", "block"):
+            raise ValueError(f"method must be 'token' or 'block', got {method!r}")
+        block = method == "block" and self.block_differs
         drafted, accepted = np.zeros(gamma), np.zeros(gamma)
         lengths, steps = np.zeros(gamma + 1), 0.0
         for row in self.rows:
             n = row.n
+            at = np.zeros((n + gamma, gamma)) if weights is not None else None
             start = np.zeros(n + 1)  # start[s]: probability that a step starts at written position s
             start[0] = 1.0
             for s in range(n):
@@ -128,44 +147,42 @@ class OfflineAcceptance:
                 if k == 0:
                     start[s + 1] += pi
                     continue
-                w = row.w[s, :k]
-                reach = np.concatenate(([1.0], np.cumprod(w[:-1])))  # [k] P(position i+1 reached)
+                # a[i-1] = A_i: P(at least i accepted and the text emitted) / P(text); token: w_s..w_{s+i-1}
+                a = row.block_a[s, :k] if block else np.cumprod(row.w[s, :k])  # [k]
+                reach = np.concatenate(([1.0], a[:-1]))  # [k] P(position i reached)
                 drafted[:k] += pi * reach
-                accepted[:k] += pi * reach * row.alpha[s, :k]
-                stop = reach * (1.0 - w)  # [k] P(exactly m accepted), m < k
-                start[s + 1:s + k + 1] += pi * stop
-                start[s + k + 1] += pi * reach[-1] * w[-1]
+                if at is not None:
+                    at[s + np.arange(k), np.arange(k)] += pi * reach
+                accepted[:k] += pi * (row.block_ea[s, :k] if block else reach * row.alpha[s, :k])
+                start[s + 1:s + k + 1] += pi * (reach - a)  # [k] P(exactly m accepted), m < k
+                start[s + k + 1] += pi * a[-1]
+            if weights is not None:
+                weights.append(at[:n])
         return Replay(gamma, drafted, accepted, lengths, steps, self.tokens)
-
-    @property
-    def block_ceiling(self) -> list[float] | None:
-        """Conditional rates of the ceiling on any verifier (block verification included), P(>= i) / P(>= i-1);
-        None when greedy (every rule is the greedy rule) or with prompt lookup (one-hot q: block = token)."""
-        if self.block_reach is None:
-            return None
-        reach = np.concatenate(([1.0], self.block_reach))
-        return [float(reach[i + 1] / reach[i]) if reach[i] > 0 else 0.0 for i in range(len(self.block_reach))]
 
 
 # ------------------------------------------------------------------------------------------ measuring
 def measure_acceptance(target, tokenizer, prompts: list[str], *, draft=None, prompt_lookup: bool = False,
                        max_new_tokens: int = 64, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
                        max_gamma: int = 8, ngram: int = 3, seed: int = 0, batch_size: int = 8,
-                       stop_at_eos: bool = True) -> OfflineAcceptance:
+                       stop_at_eos: bool = True, tree_ranks: int = 0, tree_draws: int = 16) -> OfflineAcceptance:
     """Write continuations with the target, then measure acceptance with one teacher-forced pass per batch.
 
     ``draft`` (a causal LM sharing the tokenizer) or ``prompt_lookup=True``. Temperature 0 is greedy.
     ``stop_at_eos=False`` writes exactly ``max_new_tokens`` per prompt, EOS an ordinary token (as
-    ``generate(eos_token_id=[])`` does).
+    ``generate(eos_token_id=[])`` does). ``tree_ranks`` (draft model only): also measure tree siblings of
+    ranks 0..tree_ranks-1 (:mod:`exactspec.offlinetrees`; sampled: ``tree_draws`` seeded draws per position).
     """
     from exactspec.drafters import PromptLookupDrafter, SamplingSpec
 
     if (draft is None) == (not prompt_lookup):
         raise ValueError("give a draft model or prompt_lookup=True (exactly one)")
-    for name, v in (("max_new_tokens", max_new_tokens), ("max_gamma", max_gamma), ("ngram", ngram),
-                    ("batch_size", batch_size)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+    for name, v, low in (("max_new_tokens", max_new_tokens, 1), ("max_gamma", max_gamma, 1), ("ngram", ngram, 1),
+                         ("batch_size", batch_size, 1), ("tree_ranks", tree_ranks, 0), ("tree_draws", tree_draws, 1)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            raise ValueError(f"{name} must be an integer >= {low}, got {v!r}")
+    if tree_ranks and prompt_lookup:
+        raise ValueError("tree_ranks needs a draft model (prompt lookup drafts no trees)")
     if not prompts or not all(isinstance(p, str) and p for p in prompts):
         raise ValueError("prompts must be a non-empty list of non-empty strings")
     greedy = temperature == 0
@@ -174,20 +191,14 @@ def measure_acceptance(target, tokenizer, prompts: list[str], *, draft=None, pro
                         generator=torch.Generator(), vocab_size=vocab)
     spec.probs(torch.zeros(1, 2))  # validates temperature / top_k / top_p before any model runs
     lookup = PromptLookupDrafter(max_ngram=ngram, max_draft=max_gamma) if prompt_lookup else None
-    rows, texts, block = [], [], []
+    rows, texts = [], []
     for i in range(0, len(prompts), batch_size):
         enc = [tokenizer(p)["input_ids"] for p in prompts[i:i + batch_size]]
         conts = _write(target, tokenizer, enc, max_new_tokens, spec, seed + i, stop_at_eos)
         texts += conts
-        got = _teacher_forced(target, draft, enc, conts, spec, max_gamma, lookup)
-        rows += got[0]
-        block += got[1]
-    reach = None
-    if block:  # mean over every start position of P(block accepts >= i), i = 1..max_gamma
-        stacked = np.concatenate(block)  # [starts, max_gamma], NaN where the chain runs past the text
-        reach = np.nanmean(stacked, axis=0) if np.isfinite(stacked).any() else None
-    return OfflineAcceptance(greedy, "prompt_lookup" if prompt_lookup else "draft_model", max_gamma, rows,
-                             reach, texts)
+        trees = (tree_ranks, tree_draws, torch.Generator().manual_seed(seed + i)) if tree_ranks else None
+        rows += _teacher_forced(target, draft, enc, conts, spec, max_gamma, lookup, trees)
+    return OfflineAcceptance(greedy, "prompt_lookup" if prompt_lookup else "draft_model", max_gamma, rows, texts)
 
 
 def _write(target, tokenizer, enc: list[list[int]], max_new: int, spec, seed: int, stop_at_eos: bool):
@@ -245,8 +256,8 @@ def _logits(model, ids, mask, keep: int) -> torch.Tensor:
     return out.logits[:, -keep:].float().cpu()
 
 
-def _teacher_forced(target, draft, enc, conts, spec, max_gamma: int, lookup):
-    """Per row, a :class:`_Row` (and, sampled with a draft model, block's per-start reach [n, K])."""
+def _teacher_forced(target, draft, enc, conts, spec, max_gamma: int, lookup, trees=None):
+    """Per row, a :class:`_Row` (sampled with a draft model: with block verification's A_i)."""
     full = [e + c for e, c in zip(enc, conts)]
     ids, mask = _pad(full, 0, left=False)
     # Continuation token t of row b sits at column len(prompt_b) + t and is predicted at the column before.
@@ -254,7 +265,7 @@ def _teacher_forced(target, draft, enc, conts, spec, max_gamma: int, lookup):
     keep = ids.shape[1] - first
     p_logits = _logits(target, ids, mask, keep)  # [B, keep, V_target]
     q_logits = _logits(draft, ids, mask, keep) if draft is not None else None
-    rows, block = [], []
+    rows = []
     for b, (prompt, cont) in enumerate(zip(enc, conts)):
         n = len(cont)
         if n == 0:
@@ -264,12 +275,19 @@ def _teacher_forced(target, draft, enc, conts, spec, max_gamma: int, lookup):
         p = _probs(spec, p_logits[b, sl])  # [n, V] (greedy: one-hot of the argmax)
         if lookup is None:
             q = _probs(spec, q_logits[b, sl])
-            rows.append(_draft_row(p, q, x, max_gamma, spec.greedy))
+            row = _draft_row(p, q, x, max_gamma, spec.greedy)
             if not spec.greedy:
-                block.append(_block_reach(p, q, x, max_gamma))
+                row.block_a, row.block_ea = _block_rows(p, q, x, max_gamma)
+            if trees:
+                from exactspec.offlinetrees import rank_terms
+
+                row.rank_num, row.rank_den = rank_terms(p, q, x, trees[0], greedy=spec.greedy,
+                                                        q_logits=q_logits[b, sl], generator=trees[2],
+                                                        draws=trees[1])
+            rows.append(row)
         else:
             rows.append(_lookup_row(p, x, prompt, cont, max_gamma, lookup))
-    return rows, block
+    return rows
 
 
 def _probs(spec, logits: torch.Tensor) -> torch.Tensor:
@@ -307,20 +325,25 @@ def _lookup_row(p, x, prompt: list[int], cont: list[int], max_gamma: int, lookup
     return _Row(w, alpha, avail)
 
 
-def _block_reach(p, q, x, max_gamma: int) -> np.ndarray:
-    """`[n, K]`: for a chain starting at s, the ceiling on P(a verifier accepts >= i) (NaN past the text).
-
-    P(>= i) = E_{x ~ p}[sum_v min(p_t(v), R q_t(v))], t = s + i - 1, R = prod_{s <= j < t} q_j(x_j)/p_j(x_j).
-    """
-    n = len(x)
+def _block_rows(p, q, x, max_gamma: int, chunk: int = 1 << 22) -> tuple[np.ndarray, np.ndarray]:
+    """Block verification along the text, ``A [n, K]`` and ``E[A | prefix] [n, K]``: entry [s, i - 1] is
+    ``A_i`` of a chain starting at s (0 past the text). ``A_i = min(R_i, A_{i-1})``, ``R_i = R_{i-1} q/p``
+    at the text token, and ``E[A_i | prefix] = sum_v min(R_{i-1} q_t(v), A_{i-1} p_t(v))``, t = s + i - 1.
+    ``chunk``: elements per [starts, V] temporary (memory for 49k-token vocabularies)."""
+    n, V = p.shape
     px, qx = p.gather(1, x[:, None])[:, 0], q.gather(1, x[:, None])[:, 0]
-    log_ratio = torch.log(qx.clamp(min=1e-300)) - torch.log(px.clamp(min=1e-300))  # [n]
-    out = np.full((n, max_gamma), np.nan)
-    csum = torch.cat([torch.zeros(1, dtype=torch.float64), log_ratio.cumsum(0)])  # [n + 1]
-    for d in range(max_gamma):  # depth d: token t = s + d of a chain starting at s
-        if d >= n:
-            break
-        t = torch.arange(d, n)
-        R = torch.exp(csum[t] - csum[t - d]).clamp(max=1e300)  # [n - d]
-        out[: n - d, d] = torch.minimum(p[t], R[:, None] * q[t]).sum(1).clamp(max=1.0).numpy()
-    return out
+    ratio = qx / px.clamp(min=1e-300)  # [n] q/p of each text token (x ~ p, so p(x) > 0)
+    A, EA = np.zeros((n, max_gamma)), np.zeros((n, max_gamma))
+    R, prev = torch.ones(n, dtype=torch.float64), torch.ones(n, dtype=torch.float64)  # per start s
+    step = max(1, chunk // V)
+    for d in range(min(max_gamma, n)):  # depth d: text token t = s + d, for starts s < n - d
+        m = n - d
+        R, prev = R[:m], prev[:m]
+        ea = torch.cat([torch.minimum(R[i:i + step, None] * q[d + i:d + i + step],
+                                      prev[i:i + step, None] * p[d + i:d + i + step]).sum(1)
+                        for i in range(0, m, step)])
+        EA[:m, d] = ea.clamp(max=1.0).numpy()
+        R = (R * ratio[d:]).clamp(max=1e300)
+        prev = torch.minimum(R, prev)
+        A[:m, d] = prev.numpy()
+    return A, EA

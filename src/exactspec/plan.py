@@ -107,11 +107,53 @@ def build_plan(curve: Curve, costs: list[tuple[int, object]], max_gamma: int, *,
     return top | {"batch_size": head["batch_size"], "by_batch_size": by_batch}
 
 
-def plan_offline(acc, costs: list[tuple[int, object]], configs: Callable[[int], dict]) -> dict:
+def plan_offline(acc, costs: list[tuple[int, object]], configs: Callable[[int], dict], tree_nodes: int = 16) -> dict:
     """The plan from an :class:`~exactspec.offline.OfflineAcceptance`: at each gamma the loop's own
     per-position acceptance and drafted lengths (``acc.replay(gamma)``), so the prediction prices what
-    ``generate`` would do on the written texts."""
-    replays = {g: acc.replay(g) for g in range(1, acc.max_gamma + 1)}
+    ``generate`` would do on the written texts. Sampled with a draft model, block verification is planned
+    too (``block``); measured with ``tree_ranks``, so are token trees of at most ``tree_nodes`` nodes (``tree``,
+    :mod:`exactspec.offlinetrees`). exactspec's config takes whichever predicts most; the engines' configs
+    stay chains verified by the token rule, which is what they run."""
+    out = _plan_replays(acc, "token", costs, configs)
+    if acc.block_differs:
+        block = _plan_replays(acc, "block", costs, lambda g: {
+            "exactspec": configs(g)["exactspec"] | {"method": "block"}})
+        out["block"] = {k: block[k] for k in ("per_position_acceptance", "acceptance_rate",
+                                              "mean_acceptance_length", "recommended_gamma",
+                                              "predicted_speedup", "rows", "exactspec")} | {
+            "by_batch_size": [{k: e.get(k) for k in ("batch_size", "recommended_gamma", "predicted_speedup",
+                                                    "exactspec")} for e in block["by_batch_size"]]}
+        if (block["predicted_speedup"] or 0.0) > (out["predicted_speedup"] or 0.0):
+            out["exactspec"] = block["exactspec"]
+        for mine, theirs in zip(out["by_batch_size"], block["by_batch_size"]):
+            if (theirs["predicted_speedup"] or 0.0) > (mine["predicted_speedup"] or 0.0):
+                mine["exactspec"] = theirs["exactspec"]
+    if acc.rows and acc.rows[0].rank_num is not None:
+        out["tree"] = _plan_tree(acc, out, costs, configs, tree_nodes)
+    return out
+
+
+def _plan_tree(acc, out: dict, costs, configs, tree_nodes: int) -> dict:
+    """The tree section; exactspec's config takes ``tree="auto"`` where a tree beats every chain (token
+    rule and block verification) at that batch size."""
+    from exactspec.offlinetrees import plan_trees
+
+    tree = plan_trees(acc, costs, tree_nodes)
+    block = out.get("block") or {}
+    blocks = [block] + (block.get("by_batch_size") or [{}] * len(costs))
+    for mine, theirs, blk in zip([out] + out["by_batch_size"], [tree] + tree["by_batch_size"], blocks):
+        best, chain = theirs["best"], mine.get("predicted_speedup")
+        if best is None or chain is None:
+            continue
+        theirs["vs_best_chain"] = best["predicted_speedup"] / chain
+        if not best["is_chain"] and best["predicted_speedup"] > max(chain, blk.get("predicted_speedup") or 0.0):
+            ours = configs(mine["recommended_gamma"])["exactspec"]
+            mine["exactspec"] = {k: v for k, v in ours.items() if k != "gamma"} | {"tree": "auto"}
+    return tree
+
+
+def _plan_replays(acc, method: str, costs, configs) -> dict:
+    replays = {g: acc.replay(g, method) for g in range(1, acc.max_gamma + 1)}
 
     def curve(g):
         r = replays[g]
@@ -126,18 +168,8 @@ def plan_offline(acc, costs: list[tuple[int, object]], configs: Callable[[int], 
     full = replays[acc.max_gamma].per_position_acceptance or [0.0]
     out = build_plan(curve, costs, acc.max_gamma, limit_alpha=full, configs=configs, extra=extra)
     at = replays[out["recommended_gamma"] or acc.max_gamma]
-    out |= {"per_position_acceptance": full, "acceptance_rate": at.acceptance_rate,
-            "mean_acceptance_length": at.mean_acceptance_length}
-    ceiling = acc.block_ceiling
-    if ceiling:
-        head = costs[0][1]
-        out["block_ceiling"] = {
-            "per_position_acceptance": ceiling,
-            "rows": plan_rows(lambda g: (ceiling[:g], [0] * g + [1]), head, acc.max_gamma),
-            "note": "no verifier, block verification included, accepts more than this (joint-distribution "
-                    "ceiling averaged over every start); block verification lies between the token rule's "
-                    "rows and these"}
-    return out
+    return out | {"per_position_acceptance": full, "acceptance_rate": at.acceptance_rate,
+                  "mean_acceptance_length": at.mean_acceptance_length}
 
 
 def plan_from_counters(summary: dict, costs: list[tuple[int, object]], max_gamma: int) -> dict:

@@ -41,6 +41,8 @@ def register(subparsers) -> None:
     cost.add_argument("--cost", type=float, metavar="C", help="the paper's model: a step costs gamma*C + 1 target steps")
     cost.add_argument("--batch-sizes", metavar="1,8,32", help="batch sizes to plan for (default: the profile's, else 1)")
     p.add_argument("--max-gamma", type=int, default=8, help="largest gamma considered (default 8)")
+    p.add_argument("--tree-nodes", type=int, default=16,
+                   help="plan token trees of at most N nodes too (draft model only; 0 = no trees; default 16)")
     p.add_argument("--json", action="store_true", help="print JSON (with --watch: one object per interval)")
     p.set_defaults(func=run)
 
@@ -48,6 +50,8 @@ def register(subparsers) -> None:
 def run(args) -> int:
     if args.max_gamma < 1:
         raise ValueError(f"--max-gamma must be >= 1, got {args.max_gamma}")
+    if args.tree_nodes < 0:
+        raise ValueError(f"--tree-nodes must be >= 0, got {args.tree_nodes}")
     if args.cost is not None and args.profile:
         raise ValueError("give --cost or --profile, not both")
     if args.cost is not None and (math.isnan(args.cost) or args.cost < 0 or math.isinf(args.cost)):
@@ -69,6 +73,7 @@ def _offline(args, sizes) -> int:
     from exactspec.offline import measure_acceptance
     from exactspec.pairs import chat_prompt, is_chat
     from exactspec.plan import engine_configs, plan_offline
+    from exactspec.trees import AUTO_MAX_BRANCH  # sibling ranks to measure: tree="auto" branches at most so
 
     target_path, draft_path = _paths(args)
     if not args.prompts:
@@ -81,18 +86,24 @@ def _offline(args, sizes) -> int:
         prompts = [chat_prompt(tok, p) for p in prompts]
     acc = measure_acceptance(target, tok, prompts, draft=draft, prompt_lookup=args.prompt_lookup,
                              max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
-                             top_p=args.top_p, max_gamma=args.max_gamma, ngram=args.ngram, seed=args.seed)
+                             top_p=args.top_p, max_gamma=args.max_gamma, ngram=args.ngram, seed=args.seed,
+                             tree_ranks=0 if args.prompt_lookup or not args.tree_nodes else AUTO_MAX_BRANCH)
     costs, notes = _costs(args, sizes, target, draft)
     drafter = "prompt_lookup" if args.prompt_lookup else "draft_model"
     method = "token"
     out = plan_offline(acc, costs, lambda g: engine_configs(g, drafter=drafter, target=target_path,
-                                                             draft=draft_path, ngram=args.ngram, method=method))
+                                                             draft=draft_path, ngram=args.ngram, method=method),
+                       tree_nodes=args.tree_nodes or 16)
     out["measured"] = {"prompts": len(prompts), "tokens_written": acc.tokens, "temperature": args.temperature,
                        "top_k": args.top_k, "top_p": args.top_p, "drafter": drafter, "target": target_path,
                        "draft": draft_path}
     out["notes"] = notes + ["acceptance measured offline: the target wrote the texts, one teacher-forced pass "
                             "of each model scored them, and the speculative loop was replayed over them in "
-                            "expectation (exactspec.offline); tree drafting is not planned"]
+                            "expectation (exactspec.offline)"]
+    if "tree" in out:
+        out["notes"].append("trees: acceptance per (depth, sibling rank) from the same pass, weighted where a "
+                            "chain's steps reach (exactspec.offlinetrees); vLLM and SGLang run chains here: "
+                            "the tree applies to exactspec (tree='auto')")
     if args.pair == "smollm2" and not args.prompt_lookup:
         out["notes"].append("the smollm2 draft is exactspec's own format (2 layers that borrow the target's "
                             "embedding, a head over 8,192 tokens): exactspec loads it with "
@@ -278,6 +289,16 @@ def _emit(out: dict, as_json: bool, compact: bool = False) -> None:
             console.print(f"batch {entry['batch_size']}: best gamma {entry['recommended_gamma']} -> "
                           f"{entry['predicted_speedup']:.3f}x predicted (limit over all gamma "
                           f"{'unbounded' if lim is None else f'{lim:.3f}x'})")
+    blk = out.get("block")
+    if blk and blk.get("recommended_gamma") is not None:
+        console.print(f"block verification (exactspec): best gamma {blk['recommended_gamma']} -> "
+                      f"{blk['predicted_speedup']:.3f}x predicted; per-position acceptance "
+                      + " ".join(f"{a:.2f}" for a in blk["per_position_acceptance"]))
+    tree = (out.get("tree") or {}).get("best")
+    if tree:
+        console.print(f"token tree (exactspec, tree='auto'): best {tree['tree']} ({tree['nodes']} nodes) -> "
+                      f"{tree['expected_tokens']:.2f} tokens/call, {tree['predicted_speedup']:.3f}x predicted"
+                      f" ({out['tree']['vs_best_chain']:.2f}x the best chain)")
     if not compact and out.get("rows"):
         table = Table(title=f"batch size {out['batch_size']}")
         for col in ("gamma", "tokens/step", "predicted speedup"):
