@@ -116,6 +116,8 @@ def test_plan_json_has_block_and_tree_sections(plan_pair, capsys):  # noqa: F811
     got = "tree" if "tree" in plan["exactspec"] else plan["exactspec"]["method"]
     assert got == want
     assert plan["vllm"]["num_speculative_tokens"] == plan["recommended_gamma"]
+    for entry, tree_entry in zip(plan["by_batch_size"], tree["by_batch_size"]):  # per batch size: gamma, block, tree
+        assert entry["tree"]["tree"] == tree_entry["best"]["tree"] and "predicted_speedup" in entry["block"]
 
 
 def test_plan_without_trees_and_bad_tree_nodes(plan_pair, capsys):  # noqa: F811

@@ -126,6 +126,7 @@ def plan_offline(acc, costs: list[tuple[int, object]], configs: Callable[[int], 
         if (block["predicted_speedup"] or 0.0) > (out["predicted_speedup"] or 0.0):
             out["exactspec"] = block["exactspec"]
         for mine, theirs in zip(out["by_batch_size"], block["by_batch_size"]):
+            mine["block"] = {k: theirs[k] for k in ("recommended_gamma", "predicted_speedup")}
             if (theirs["predicted_speedup"] or 0.0) > (mine["predicted_speedup"] or 0.0):
                 mine["exactspec"] = theirs["exactspec"]
     if acc.rows and acc.rows[0].rank_num is not None:
@@ -146,6 +147,8 @@ def _plan_tree(acc, out: dict, costs, configs, tree_nodes: int) -> dict:
         if best is None or chain is None:
             continue
         theirs["vs_best_chain"] = best["predicted_speedup"] / chain
+        if mine is not out:  # each batch size's entry carries its best tree beside its best gamma
+            mine["tree"] = best | {"vs_best_chain": theirs["vs_best_chain"]}
         if not best["is_chain"] and best["predicted_speedup"] > max(chain, blk.get("predicted_speedup") or 0.0):
             ours = configs(mine["recommended_gamma"])["exactspec"]
             mine["exactspec"] = {k: v for k, v in ours.items() if k != "gamma"} | {"tree": "auto"}
