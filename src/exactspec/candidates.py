@@ -23,7 +23,7 @@ import torch
 
 from exactspec import rules
 from exactspec.sampling import sample_from_probs
-from exactspec.checks import (_check_rows, _to32, _validate_candidates, _validate_tree, _validate_tree_call,
+from exactspec.rulechecks import (_check_rows, _to32, _validate_candidates, _validate_tree, _validate_tree_call,
                               names_sampled_rows)
 
 __all__ = [

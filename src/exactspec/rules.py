@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from exactspec.checks import (METHODS, _check_full, _check_gathered, _check_rows, _row_sums, _to32, _tol,
+from exactspec.rulechecks import (METHODS, _check_full, _check_gathered, _check_rows, _row_sums, _to32, _tol,
                               _validate_shapes, names_sampled_rows)
 from exactspec.sampling import _one_thread, sample_from_probs
 
