@@ -17,13 +17,13 @@ on this module at call time. So the enumeration proves the code that runs, and a
 """
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 
 import torch
 
 from exactspec.rulechecks import (METHODS, _check_full, _check_gathered, _check_rows, _row_sums, _to32, _tol,
                               _validate_shapes, names_sampled_rows)
+from exactspec.rowwork import _parallel_map, _rows
 from exactspec.sampling import _one_thread, sample_from_probs
 
 __all__ = [
@@ -192,20 +192,6 @@ class Verdict:
 
 
 # ----------------------------------------------------------------------------- the rules
-def _rows(x: torch.Tensor, pos: torch.Tensor, rows: torch.Tensor | None = None, slot: str | None = None):
-    """x[rows[j], pos[j]] for x [B, S, V] -> [n, V] (a copy; rows default to 0..B-1), written into the
-    per-thread scratch ``slot`` if given. index_select on the flat view is a plain memcpy, several times
-    faster than advanced indexing."""
-    B, S, V = x.shape
-    rows = torch.arange(B, device=x.device) if rows is None else rows
-    if not x.is_contiguous():
-        return x[rows, pos]
-    flat = x.view(B * S, V)
-    if slot is None:
-        return flat.index_select(0, rows * S + pos)
-    return torch.index_select(flat, 0, rows * S + pos, out=_scratch(slot, rows.shape[0], V, x.dtype, x.device))
-
-
 def _emit(tp, dp, pos, weight, use_q, generator, checks) -> torch.Tensor:
     """Sample the token after the kept prefix: from ``residual_or_p(p, q, weight)`` where ``use_q`` (a
     rejection), else from ``p`` (bonus). ``pos`` [B] is the position per row, ``weight`` [B] or None.
@@ -228,58 +214,6 @@ def _emit(tp, dp, pos, weight, use_q, generator, checks) -> torch.Tensor:
             idx = bonus.nonzero().squeeze(1)
             r.index_copy_(0, idx, p_rows.index_select(0, idx).clamp_(min=0.0))
         return sample_from_probs(r, generator)
-
-
-_POOL = None
-_LOCAL = threading.local()
-_POOL_LOCK = threading.Lock()
-
-
-def _scratch(slot: str, B: int, V: int, dtype, device) -> torch.Tensor:
-    """A per-thread reusable [B, V] buffer (one per ``slot``): a fresh multi-MB allocation costs more in
-    page faults than the arithmetic done in it. Kept only while small (<= 16M elements); never returned
-    to callers."""
-    bufs = _LOCAL.__dict__.setdefault("bufs", {})
-    buf = bufs.get(slot)
-    if buf is None or buf.shape[0] < B or buf.shape[1] != V or buf.dtype != dtype or buf.device != device:
-        buf = torch.empty(B, V, dtype=dtype, device=device)
-        if B * V <= 16 * 2**20:
-            bufs[slot] = buf
-    return buf[:B]
-
-
-def _parallel_map(fn, items: list, workers: int | None = None) -> list:
-    """Run ``fn`` over ``items`` on ``torch.get_num_threads()`` Python threads, each doing single-threaded
-    torch work (ops release the GIL).
-
-    Why not intra-op parallelism: these are many ~1 ms ops, and every parallel op ends in a barrier; when
-    another process holds a core that barrier waits a whole scheduler slice (~10 ms, measured on the
-    shared 2-core machine). Independent per-item threads never wait for each other until the end.
-    """
-    global _POOL
-    n = workers or torch.get_num_threads()
-    on_cpu = all(not isinstance(it, torch.Tensor) or it.device.type == "cpu" for it in items)
-    if n > 1 and len(items) > 1 and on_cpu:
-        with _POOL_LOCK:  # one pool per thread count; callers may come from several threads
-            if _POOL is None or _POOL._max_workers != n:
-                from concurrent.futures import ThreadPoolExecutor
-
-                old, _POOL = _POOL, ThreadPoolExecutor(max_workers=n, thread_name_prefix="exactspec")
-                if old is not None:
-                    old.shutdown(wait=False)
-            pool = _POOL
-
-        def run(it):
-            torch.set_num_threads(1)  # OpenMP backend: per-thread setting, the caller's is untouched
-            return fn(it)
-
-        try:
-            return list(pool.map(run, items))
-        except RuntimeError as exc:  # pool shut down (interpreter exit, or replaced): work inline instead
-            if "shutdown" not in str(exc):
-                raise
-    with _one_thread():
-        return [fn(it) for it in items]
 
 
 @names_sampled_rows("target_probs/draft_probs")
