@@ -107,7 +107,8 @@ def plan_trees(acc, costs: list[tuple[int, object]], max_nodes: int = 16) -> dic
     for batch, cost in costs:
         entry = {"batch_size": batch, "best": None}
         if cost is not None:
-            plans = best_trees(table, cost, max_nodes, max_depth=table.shape[0], max_branch=branch)
+            priced = cost.monotone() if hasattr(cost, "monotone") else cost  # as the engine's tree="auto"
+            plans = best_trees(table, priced, max_nodes, max_depth=table.shape[0], max_branch=branch)
             best = plans[-1]
             entry["best"] = {"tree": best.label, "parents": list(best.parents), "nodes": best.n_nodes,
                              "depth": best.depth, "is_chain": best.is_chain,

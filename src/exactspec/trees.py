@@ -276,7 +276,9 @@ def run_tree(gen, ids, mask, max_new, spec, tree, eos, pad, prior_key=()):
     drafter = copy.copy(gen.drafter)
     planner = None
     if tree == "auto":
-        cm = gen._cost_model(b)  # fixed for the run, re-priced between runs, as gamma="auto" does
+        # fixed for the run, re-priced between runs, and made monotone in k, as gamma="auto" does: a noisy
+        # table where verifying 4 tokens measured dearer than 5 otherwise steers the plan to odd depths
+        cm = gen._cost_model(b).monotone()
 
         def cost(st):
             return cm
