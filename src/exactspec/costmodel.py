@@ -174,6 +174,40 @@ class CostModel:
         overhead = max(0.0, overhead)
         return CostModel(t_draft, table, meta, overhead, cold)
 
+    def as_run(self, stats) -> "CostModel":
+        """This model re-priced from real runs (`stats`: a GenerationStats or a list), *scale-consistently*:
+        the target table times the ratio of the runs' in-loop target time to what the table prices those
+        calls at, ``t_draft`` and ``t_draft_cold`` as the draft calls took (as in :meth:`calibrate`), and
+        ``t_overhead`` the verification and bookkeeping time per target call.
+
+        What gamma="auto" prices later runs with. :meth:`calibrate` keeps the bare target table and charges
+        everything else per step to ``t_overhead``; on a busy machine, where every forward runs k times
+        slower, that turns the slowdown into a large per-step constant, which tells the policy that long
+        drafts pay (measured: 10 tokens drafted per step where 2-4 pay). Here such a run gives the model
+        times k, and the policy's decisions, which only compare prices, stay as on a quiet machine.
+        """
+        from exactspec.stats import GenerationStats
+
+        if isinstance(stats, (list, tuple)) and stats and all(isinstance(x, GenerationStats) for x in stats):
+            stats = GenerationStats.merge(stats)
+        cal = self.calibrate(stats)  # checks stats; its draft prices are the runs' own
+        calls = stats.target_calls
+        scale = stats.target_time / calls / self.t_target(stats.target_positions / calls)
+        overhead = stats.verify_time / calls
+        if not stats.draft_calls:  # a model-free drafter: its search is a per-step cost, as in calibrate
+            overhead += stats.draft_time / calls
+        table = {k: t * scale for k, t in self.target_times.items()}
+        # A step's first draft call also feeds the tokens that plain steps emitted since the last draft (a
+        # catch-up over up to 64 tokens after a run of plain steps). Runs of probes alone (one call per
+        # step) would price that catch-up as every draft call, and auto then never drafts again (measured:
+        # 510 plain steps of 512 where gamma=2 paid). So only later calls price a draft call, else the
+        # bare price scaled like the target, and the cold extra is capped at one call.
+        t_draft = cal.t_draft if stats.draft_calls > stats.draft_steps else self.t_draft * scale
+        cold = min(cal.t_draft_cold, t_draft)
+        meta = {**self.metadata, "as_run": {"target_calls": calls, "draft_calls": stats.draft_calls,
+                                            "target_scale": scale}}
+        return CostModel(t_draft, table, meta, overhead, cold)
+
     # ---------------------------------------------------------------------------- serialisation
     def to_dict(self) -> dict[str, Any]:
         return {

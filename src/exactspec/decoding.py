@@ -30,6 +30,7 @@ from exactspec.drafters import DraftModelDrafter, PromptLookupDrafter
 from exactspec.hfconfig import Prefixes, SamplingConfig, SamplingSpec
 from exactspec.policy import AdaptivePolicy, DraftingState, FixedPolicy
 from exactspec.output import GenerationOutput, GenerationStream, StreamStep
+from exactspec.plainstep import plain_step
 from exactspec.stats import GenerationStats
 from exactspec.rules import verify
 from exactspec.trees import parse_tree, run_tree
@@ -127,8 +128,8 @@ class SpeculativeGenerator:
         max_gamma: the longest draft ``gamma="auto"`` may make in a step. ``gamma="auto"`` carries what it
             learns (acceptance by draft confidence, probing state) from run to run of this generator, per
             sampling setting and rule; a fresh generator starts from a neutral guess.
-        calibrate: with ``gamma="auto"``, after each run re-price the cost model for later runs from that
-            run's own timings (:meth:`CostModel.calibrate`: draft steps as they cost inside the loop, plus
+        calibrate: with ``gamma="auto"``, after each run re-price the cost model for later runs from the
+            last runs' timings (:meth:`CostModel.as_run`: draft steps as they cost inside the loop, plus
             the loop's per-step overhead). Never inside a run: a seeded run on a fresh generator reproduces.
             ``False`` uses `cost_model` exactly as given.
         tokenizer, draft_tokenizer: optional; when both are given their vocabularies must agree
@@ -172,6 +173,7 @@ class SpeculativeGenerator:
         self._drafting: dict[tuple, DraftingState] = {}
         self._tree_priors: dict[tuple, list] = {}  # tree="auto": acceptance per (depth, rank), per setting
         self._calibrated: dict[int, object] = {}
+        self._recent_runs: dict[int, list] = {}  # the last runs' statistics per batch size (_learn_costs)
 
     @staticmethod
     def check_tokenizers(tokenizer, draft_tokenizer) -> None:
@@ -333,11 +335,15 @@ class SpeculativeGenerator:
                               self._drafting.setdefault(key, DraftingState()), free_draft=self.draft is None)
 
     def _learn_costs(self, stats: GenerationStats, batch_size: int) -> None:
-        """After a gamma="auto" run: price later runs at this batch size as this loop ran (a draft step with
-        caches the target just evicted, the per-step overhead). Only between runs, so that no run's
-        decisions hang on timings taken inside it and a seeded run on a fresh generator reproduces."""
+        """After a gamma="auto" run: price later runs at this batch size as the loop ran in the last few
+        runs (CostModel.as_run: a draft step with caches the target just evicted, the per-step overhead,
+        scale-consistently, so a busy machine slows every price alike instead of inventing a per-step
+        cost; several runs, so one short run's noise does not steer the next). Only between runs, so that
+        no run's decisions hang on timings taken inside it and a seeded run on a fresh generator reproduces."""
         if self.calibrate and stats.draft_calls and stats.target_calls:
-            self._calibrated[batch_size] = self._base_cost(batch_size).calibrate(stats)
+            recent = self._recent_runs.setdefault(batch_size, [])
+            recent[:] = recent[-3:] + [stats]
+            self._calibrated[batch_size] = self._base_cost(batch_size).as_run(recent)
 
     # ------------------------------------------------------------------------------------ loop
     @torch.no_grad()  # not inference_mode: callers may edit the returned tensors in place
@@ -367,49 +373,51 @@ class SpeculativeGenerator:
             _sync(device)
             t1 = time.perf_counter()
             big_k = draft.tokens.shape[1]
-            pos = torch.arange(big_k + 1, device=device)[None, :]  # [1, K+1]
-            inp = torch.cat([pending[:, None], draft.tokens], 1)  # [B, K+1]
-            logits = target.forward(inp, pos <= draft.lengths[:, None])  # [B, K+1, V]
-            _sync(device)
-            t2 = time.perf_counter()
-            # p [B, K+1, V] through transformers' processors, each position with its own prefix (when
-            # greedy: scores whose argmax is generate()'s choice, the logits themselves if no processor)
-            law = spec.target_law(logits, draft.tokens, draft.lengths, Prefixes(ids, mask, out, n_gen, active))
-            if big_k == 0:  # a plain step: nothing to verify, the next token is the target's own
-                nxt = law[:, 0].argmax(-1) if spec.greedy else spec.sample(law[:, 0])  # [B]
-                verdict = None
-            elif spec.greedy:  # on one-hot targets every rule is the greedy rule, which never reads q;
-                # it reads only the argmax, so the scores serve as they are (same lowest-id tie rule)
-                verdict = verify(law, None, draft.tokens, method="greedy", draft_lengths=draft.lengths)
+            if big_k == 0:  # a plain step: no draft to verify, so the lean path (exactspec.plainstep)
+                nxt, done, step = plain_step(target, spec, pending, Prefixes(ids, mask, out, n_gen, active),
+                                             eos, max_new, stats)
+                n = torch.zeros_like(nxt)
+                _sync(device)
+                stats.target_time += time.perf_counter() - t1
             else:
-                q = draft.probs if draft.probs is not None else \
-                    F.one_hot(draft.tokens, spec.vocab_size).float()  # [B, K, V]
-                verdict = verify(law, q, draft.tokens, method=method,
-                                 draft_lengths=draft.lengths, generator=spec.generator)
-            if verdict is not None:
+                pos = torch.arange(big_k + 1, device=device)[None, :]  # [1, K+1]
+                inp = torch.cat([pending[:, None], draft.tokens], 1)  # [B, K+1]
+                logits = target.forward(inp, pos <= draft.lengths[:, None])  # [B, K+1, V]
+                _sync(device)
+                t2 = time.perf_counter()
+                # p [B, K+1, V] through transformers' processors, each position with its own prefix (when
+                # greedy: scores whose argmax is generate()'s choice, the logits themselves if no processor)
+                law = spec.target_law(logits, draft.tokens, draft.lengths, Prefixes(ids, mask, out, n_gen, active))
+                if spec.greedy:  # on one-hot targets every rule is the greedy rule, which never reads q;
+                    # it reads only the argmax, so the scores serve as they are (same lowest-id tie rule)
+                    verdict = verify(law, None, draft.tokens, method="greedy", draft_lengths=draft.lengths)
+                else:
+                    q = draft.probs if draft.probs is not None else \
+                        F.one_hot(draft.tokens, spec.vocab_size).float()  # [B, K, V]
+                    verdict = verify(law, q, draft.tokens, method=method,
+                                     draft_lengths=draft.lengths, generator=spec.generator)
                 n, nxt = verdict.accepted, verdict.next_token
                 policy.observe(draft, n)
-            else:
-                n = torch.zeros_like(nxt)
-            emitted = torch.cat([draft.tokens, torch.zeros_like(pending)[:, None]], 1)
-            emitted.scatter_(1, n[:, None], nxt[:, None])  # [B, K+1]: d_1..d_n, then the bonus token
-            count, ended = cut_at_eos(emitted, n + 1, eos)
-            # Statistics count what was emitted: an EOS among the accepted drafts ends the row there, and
-            # the drafts after it were neither emitted nor, for the statistics, proposed.
-            cut = ended & (count <= n)
-            stats.record_step(torch.where(cut, count, draft.lengths), torch.where(cut, count, n), fed=big_k + 1)
-            write_emitted(out, from_draft, n_gen, active, emitted, n, count)
-            done = ended | (n_gen[active] >= max_new)
-            _sync(device)
-            stats.verify_time += time.perf_counter() - t2
+                emitted = torch.cat([draft.tokens, torch.zeros_like(pending)[:, None]], 1)
+                emitted.scatter_(1, n[:, None], nxt[:, None])  # [B, K+1]: d_1..d_n, then the bonus token
+                count, ended = cut_at_eos(emitted, n + 1, eos)
+                # Statistics count what was emitted: an EOS among the accepted drafts ends the row there, and
+                # the drafts after it were neither emitted nor, for the statistics, proposed.
+                cut = ended & (count <= n)
+                stats.record_step(torch.where(cut, count, draft.lengths), torch.where(cut, count, n), fed=big_k + 1)
+                write_emitted(out, from_draft, n_gen, active, emitted, n, count)
+                done = ended | (n_gen[active] >= max_new)
+                _sync(device)
+                stats.verify_time += time.perf_counter() - t2
+                stats.target_time += t2 - t1
+                step = StreamStep(
+                    rows=active.tolist(),
+                    tokens=[r[:c] for r, c in zip(emitted.tolist(), count.tolist())],
+                    from_draft=[[i < nb for i in range(c)] for nb, c in zip(n.tolist(), count.tolist())],
+                    finished=done.tolist(), gamma=big_k, drafted=draft.lengths.tolist())
             stats.draft_time += t1 - t0
-            stats.target_time += t2 - t1
             t_out = time.perf_counter()
-            yield StreamStep(
-                rows=active.tolist(),
-                tokens=[r[:c] for r, c in zip(emitted.tolist(), count.tolist())],
-                from_draft=[[i < nb for i in range(c)] for nb, c in zip(n.tolist(), count.tolist())],
-                finished=done.tolist(), gamma=big_k, drafted=draft.lengths.tolist())
+            yield step
             t3 = time.perf_counter()
             suspended += t3 - t_out  # time the consumer held the stream is not generation time
             keep = ~done

@@ -125,9 +125,10 @@ class DraftModelDrafter:
         the policy stopped the step after feeding it, when f = K)."""
         nxt = next_token[:, None]
         ones = torch.ones_like(nxt, dtype=torch.bool)
-        if self._calls == 0:  # nothing was fed this step: the pending tokens are still pending
-            self.pending, self.pending_valid = left_pack(torch.cat([self.pending, nxt], 1),
-                                                         torch.cat([self.pending_valid, ones], 1))
+        if self._calls == 0:  # nothing was fed this step: the pending tokens are still pending; they are
+            # left-packed, and a column valid in every row keeps them so (no repacking on plain steps)
+            self.pending = torch.cat([self.pending, nxt], 1)
+            self.pending_valid = torch.cat([self.pending_valid, ones], 1)
             return
         f = self._calls - 1
         j = torch.arange(1, draft.tokens.shape[1] + 1, device=accepted.device)[None, :]  # [1, K]

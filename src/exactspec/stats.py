@@ -188,6 +188,16 @@ class GenerationStats:
             out.append(row)
         return out
 
+    def record_plain(self, rows: int) -> None:
+        """Count one plain step of `rows` rows (one position fed, nothing drafted): what record_step counts
+        for all-zero draft lengths, without its tensor work (exactspec.plainstep)."""
+        self.target_calls += 1
+        self.target_positions += 1
+        self.row_steps += rows
+        if not self.length_counts:
+            self.length_counts.append(0)
+        self.length_counts[0] += rows
+
     def record_step(self, draft_lengths: torch.Tensor, accepted: torch.Tensor, fed: int | None = None) -> None:
         """Count one verification: `draft_lengths [B]`, `accepted [B]` (int64) for the rows taking part;
         `fed`: positions the target call was fed (default: the longest draft + 1)."""
