@@ -40,14 +40,3 @@ def test_as_run_overhead_is_the_runs_bookkeeping_per_call():
     assert cm.t_overhead == pytest.approx(0.03 / 30)
     assert cm.t_draft == pytest.approx((0.16 - 0.06) / (75 - 25))
     assert cm.t_target(1) / BARE.t_target(1) == pytest.approx(0.24 / 30 / BARE.t_target(105 / 30))
-
-
-def test_probe_catch_up_calls_do_not_price_every_draft_call():
-    """Runs of plain steps and probes (one draft call per step, each feeding the tokens the plain steps
-    emitted): those calls are catch-ups, so the draft call keeps the bare price, scaled like the target."""
-    probes = GenerationStats(target_calls=60, draft_calls=4, draft_steps=4, target_positions=64,
-                             draft_time=0.04, draft_first_time=0.04, target_time=0.6, verify_time=0.006)
-    cm = BARE.as_run(probes)
-    scale = 0.6 / 60 / BARE.t_target(64 / 60)
-    assert cm.t_draft == pytest.approx(BARE.t_draft * scale)
-    assert cm.t_draft_cold <= cm.t_draft

@@ -197,16 +197,9 @@ class CostModel:
         if not stats.draft_calls:  # a model-free drafter: its search is a per-step cost, as in calibrate
             overhead += stats.draft_time / calls
         table = {k: t * scale for k, t in self.target_times.items()}
-        # A step's first draft call also feeds the tokens that plain steps emitted since the last draft (a
-        # catch-up over up to 64 tokens after a run of plain steps). Runs of probes alone (one call per
-        # step) would price that catch-up as every draft call, and auto then never drafts again (measured:
-        # 510 plain steps of 512 where gamma=2 paid). So only later calls price a draft call, else the
-        # bare price scaled like the target, and the cold extra is capped at one call.
-        t_draft = cal.t_draft if stats.draft_calls > stats.draft_steps else self.t_draft * scale
-        cold = min(cal.t_draft_cold, t_draft)
         meta = {**self.metadata, "as_run": {"target_calls": calls, "draft_calls": stats.draft_calls,
                                             "target_scale": scale}}
-        return CostModel(t_draft, table, meta, overhead, cold)
+        return CostModel(cal.t_draft, table, meta, overhead, cal.t_draft_cold)
 
     # ---------------------------------------------------------------------------- serialisation
     def to_dict(self) -> dict[str, Any]:
