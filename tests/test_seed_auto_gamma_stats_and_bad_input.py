@@ -49,7 +49,7 @@ def test_seed_makes_sampling_reproducible(drafter, gamma):
 def test_auto_gamma_carries_what_it_learnt_per_sampling_setting_and_calibrates_between_runs():
     """A second run starts from the acceptance the first one measured (a twin draft: long drafts at once);
     a fresh generator starts over; each sampling setting learns apart; the loop's costs are re-priced from
-    finished runs (CostModel.as_run on the last four), never inside one."""
+    a finished run (CostModel.calibrate), never inside one."""
     target, _ = _models()
     cheap = CostModel(t_draft=0.001, target_times={1: 0.010, 16: 0.012})
     ids, mask = left_padded(PROMPTS[:1])
@@ -65,9 +65,7 @@ def test_auto_gamma_carries_what_it_learnt_per_sampling_setting_and_calibrates_b
     assert len(gen._drafting) == 2 and not gen._calibrated  # calibrate=False keeps the given model
     calibrating = SpeculativeGenerator(target, copy.deepcopy(target), cost_model=cheap, max_gamma=8)
     run = calibrating.generate(ids, mask, **kw).stats
-    assert calibrating._cost_model(1) == cheap.as_run([run]) != cheap
-    runs = [run] + [calibrating.generate(ids, mask, **kw).stats for _ in range(4)]
-    assert calibrating._cost_model(1) == cheap.as_run(runs[-4:])  # priced on the last four runs
+    assert calibrating._cost_model(1) == cheap.calibrate(run) != cheap
 
 
 def test_auto_gamma_measures_the_cost_model_once_per_pair_and_batch_size(monkeypatch):
