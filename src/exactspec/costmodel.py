@@ -174,33 +174,6 @@ class CostModel:
         overhead = max(0.0, overhead)
         return CostModel(t_draft, table, meta, overhead, cold)
 
-    def as_run(self, stats) -> "CostModel":
-        """This model re-priced from real runs (`stats`: a GenerationStats or a list), *scale-consistently*:
-        the target table times the ratio of the runs' in-loop target time to what the table prices those
-        calls at, ``t_draft`` and ``t_draft_cold`` as the draft calls took (as in :meth:`calibrate`), and
-        ``t_overhead`` the verification and bookkeeping time per target call.
-
-        What gamma="auto" prices later runs with. :meth:`calibrate` keeps the bare target table and charges
-        everything else per step to ``t_overhead``; on a busy machine, where every forward runs k times
-        slower, that turns the slowdown into a large per-step constant, which tells the policy that long
-        drafts pay (measured: 10 tokens drafted per step where 2-4 pay). Here such a run gives the model
-        times k, and the policy's decisions, which only compare prices, stay as on a quiet machine.
-        """
-        from exactspec.stats import GenerationStats
-
-        if isinstance(stats, (list, tuple)) and stats and all(isinstance(x, GenerationStats) for x in stats):
-            stats = GenerationStats.merge(stats)
-        cal = self.calibrate(stats)  # checks stats; its draft prices are the runs' own
-        calls = stats.target_calls
-        scale = stats.target_time / calls / self.t_target(stats.target_positions / calls)
-        overhead = stats.verify_time / calls
-        if not stats.draft_calls:  # a model-free drafter: its search is a per-step cost, as in calibrate
-            overhead += stats.draft_time / calls
-        table = {k: t * scale for k, t in self.target_times.items()}
-        meta = {**self.metadata, "as_run": {"target_calls": calls, "draft_calls": stats.draft_calls,
-                                            "target_scale": scale}}
-        return CostModel(cal.t_draft, table, meta, overhead, cal.t_draft_cold)
-
     # ---------------------------------------------------------------------------- serialisation
     def to_dict(self) -> dict[str, Any]:
         return {

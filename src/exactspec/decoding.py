@@ -128,8 +128,8 @@ class SpeculativeGenerator:
         max_gamma: the longest draft ``gamma="auto"`` may make in a step. ``gamma="auto"`` carries what it
             learns (acceptance by draft confidence, probing state) from run to run of this generator, per
             sampling setting and rule; a fresh generator starts from a neutral guess.
-        calibrate: with ``gamma="auto"``, after each run re-price the cost model for later runs from the
-            last runs' timings (:meth:`CostModel.as_run`: draft steps as they cost inside the loop, plus
+        calibrate: with ``gamma="auto"``, after each run re-price the cost model for later runs from that
+            run's own timings (:meth:`CostModel.calibrate`: draft steps as they cost inside the loop, plus
             the loop's per-step overhead). Never inside a run: a seeded run on a fresh generator reproduces.
             ``False`` uses `cost_model` exactly as given.
         tokenizer, draft_tokenizer: optional; when both are given their vocabularies must agree
@@ -173,7 +173,6 @@ class SpeculativeGenerator:
         self._drafting: dict[tuple, DraftingState] = {}
         self._tree_priors: dict[tuple, list] = {}  # tree="auto": acceptance per (depth, rank), per setting
         self._calibrated: dict[int, object] = {}
-        self._recent_runs: dict[int, list] = {}  # the last runs' statistics per batch size (_learn_costs)
 
     @staticmethod
     def check_tokenizers(tokenizer, draft_tokenizer) -> None:
@@ -335,15 +334,11 @@ class SpeculativeGenerator:
                               self._drafting.setdefault(key, DraftingState()), free_draft=self.draft is None)
 
     def _learn_costs(self, stats: GenerationStats, batch_size: int) -> None:
-        """After a gamma="auto" run: price later runs at this batch size as the loop ran in the last few
-        runs (CostModel.as_run: a draft step with caches the target just evicted, the per-step overhead,
-        scale-consistently, so a busy machine slows every price alike instead of inventing a per-step
-        cost; several runs, so one short run's noise does not steer the next). Only between runs, so that
-        no run's decisions hang on timings taken inside it and a seeded run on a fresh generator reproduces."""
+        """After a gamma="auto" run: price later runs at this batch size as this loop ran (a draft step with
+        caches the target just evicted, the per-step overhead). Only between runs, so that no run's
+        decisions hang on timings taken inside it and a seeded run on a fresh generator reproduces."""
         if self.calibrate and stats.draft_calls and stats.target_calls:
-            recent = self._recent_runs.setdefault(batch_size, [])
-            recent[:] = recent[-3:] + [stats]
-            self._calibrated[batch_size] = self._base_cost(batch_size).as_run(recent)
+            self._calibrated[batch_size] = self._base_cost(batch_size).calibrate(stats)
 
     # ------------------------------------------------------------------------------------ loop
     @torch.no_grad()  # not inference_mode: callers may edit the returned tensors in place
