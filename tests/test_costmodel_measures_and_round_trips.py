@@ -252,3 +252,20 @@ def test_monotone_table_is_the_isotonic_fit_and_leaves_a_monotone_table_alone():
     assert fit[2] == fit[8] == pytest.approx((0.023 + 0.020 + 0.024 + 0.016 + 0.011 + 0.017) / 6)
     clean = CostModel(0.002, {1: 0.010, 2: 0.011, 5: 0.013}, t_overhead=0.001, t_draft_cold=0.0005)
     assert clean.monotone() == clean
+
+
+def test_calibrate_after_plain_steps_does_not_price_a_probes_catch_up_as_every_call():
+    """gamma="auto": after plain steps, a probe's one draft call also feeds the tokens those steps emitted.
+    With plain steps in the run, one-call steps keep the bare draft price and the cold extra is capped at
+    one call; without plain steps (a fixed gamma) the run's own timings price the draft as before."""
+    from exactspec.stats import GenerationStats
+
+    bare = CostModel(0.001, {1: 0.010, 5: 0.014})
+    probes = GenerationStats(target_calls=40, draft_calls=4, target_positions=44, draft_time=0.040,
+                             target_time=0.40, verify_time=0.004, draft_steps=4, draft_first_time=0.040,
+                             plain_steps=36)  # 4 probes, each a 10 ms catch-up
+    cal = bare.calibrate(probes)
+    assert cal.t_draft == pytest.approx(0.001) and cal.t_draft_cold == pytest.approx(0.001)
+    fixed = GenerationStats(target_calls=4, draft_calls=4, target_positions=8, draft_time=0.040,
+                            target_time=0.044, verify_time=0.001, draft_steps=4, draft_first_time=0.040)
+    assert bare.calibrate(fixed).t_draft == pytest.approx(0.010)  # gamma=1, no plain steps: as it ran

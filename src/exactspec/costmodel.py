@@ -150,14 +150,26 @@ class CostModel:
         width = stats.target_positions / calls
         per_step = stats.target_time + stats.verify_time
         cold = 0.0
+        # After a run of plain steps (gamma="auto"), a probe's first draft call also feeds the draft every
+        # token those steps emitted, a catch-up over up to 64 tokens. Priced as every step's cold call (or,
+        # with one call per step, as every call) it made drafting look ruinous and auto stayed on plain steps
+        # (held-out T = 1: 172 plain steps where gamma=2 ran 1.2x faster than auto). So with plain steps in
+        # the run, calls a step's first call cannot be told from keep the bare price and the cold extra is
+        # capped at one call.
+        catch_up = stats.plain_steps > 0
         if stats.draft_calls > stats.draft_steps > 0:
             # The first draft call of a step is the cold one: priced apart, so that the per-call price does
             # not depend on gamma (at gamma = 1 every call would be a cold one).
             t_draft = (stats.draft_time - stats.draft_first_time) / (stats.draft_calls - stats.draft_steps)
             cold = max(0.0, stats.draft_first_time / stats.draft_steps - t_draft)
+        elif stats.draft_calls and catch_up and stats.draft_steps:  # one call per step, probes among them
+            t_draft = self.t_draft
+            cold = max(0.0, stats.draft_first_time / stats.draft_steps - t_draft)
         elif stats.draft_calls:  # one call per step: first and later calls cannot be told apart
             t_draft = stats.draft_time / stats.draft_calls
-        else:  # a model-free drafter (prompt lookup): its search is a per-step cost, not per token
+        if catch_up:
+            cold = min(cold, t_draft)
+        if not stats.draft_calls:  # a model-free drafter (prompt lookup): its search is a per-step cost, not per token
             t_draft, per_step = self.t_draft, per_step + stats.draft_time
         shift = 0.0 if plain_time is None else _seconds(plain_time, "plain_time") - self.t_target(1)
         table = {k: t + shift for k, t in self.target_times.items()}
