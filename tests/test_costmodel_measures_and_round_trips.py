@@ -269,3 +269,6 @@ def test_calibrate_after_plain_steps_does_not_price_a_probes_catch_up_as_every_c
     fixed = GenerationStats(target_calls=4, draft_calls=4, target_positions=8, draft_time=0.040,
                             target_time=0.044, verify_time=0.001, draft_steps=4, draft_first_time=0.040)
     assert bare.calibrate(fixed).t_draft == pytest.approx(0.010)  # gamma=1, no plain steps: as it ran
+    lookup = GenerationStats(target_calls=10, target_positions=14, draft_time=0.002, target_time=0.1,
+                             verify_time=0.001, plain_steps=6)  # a model-free drafter with plain steps
+    assert bare.calibrate(lookup).t_draft == 0.001 and bare.calibrate(lookup).t_draft_cold == 0.0

@@ -167,7 +167,7 @@ class CostModel:
             cold = max(0.0, stats.draft_first_time / stats.draft_steps - t_draft)
         elif stats.draft_calls:  # one call per step: first and later calls cannot be told apart
             t_draft = stats.draft_time / stats.draft_calls
-        if catch_up:
+        if catch_up and stats.draft_calls:
             cold = min(cold, t_draft)
         if not stats.draft_calls:  # a model-free drafter (prompt lookup): its search is a per-step cost, not per token
             t_draft, per_step = self.t_draft, per_step + stats.draft_time
