@@ -154,8 +154,8 @@ class CostModel:
         # token those steps emitted, a catch-up over up to 64 tokens. Priced as every step's cold call (or,
         # with one call per step, as every call) it made drafting look ruinous and auto stayed on plain steps
         # (held-out T = 1: 172 plain steps where gamma=2 ran 1.2x faster than auto). So with plain steps in
-        # the run, calls a step's first call cannot be told from keep the bare price and the cold extra is
-        # capped at one call.
+        # the run, a draft call keeps the bare price when every step made only one (a first call, catch-up
+        # included), and the cold extra is capped at one call.
         catch_up = stats.plain_steps > 0
         if stats.draft_calls > stats.draft_steps > 0:
             # The first draft call of a step is the cold one: priced apart, so that the per-call price does

@@ -123,14 +123,13 @@ def plan_offline(acc, costs: list[tuple[int, object]], configs: Callable[[int], 
                                               "predicted_speedup", "rows", "exactspec")} | {
             "by_batch_size": [{k: e.get(k) for k in ("batch_size", "recommended_gamma", "predicted_speedup",
                                                     "exactspec")} for e in block["by_batch_size"]]}
-        if (block["predicted_speedup"] or 0.0) > (out["predicted_speedup"] or 0.0):
-            out["exactspec"] = block["exactspec"]
         for mine, theirs in zip(out["by_batch_size"], block["by_batch_size"]):
             mine["block"] = {k: theirs[k] for k in ("recommended_gamma", "predicted_speedup")}
             if (theirs["predicted_speedup"] or 0.0) > (mine["predicted_speedup"] or 0.0):
                 mine["exactspec"] = theirs["exactspec"]
     if acc.rows and acc.rows[0].rank_num is not None:
         out["tree"] = _plan_tree(acc, out, costs, configs, tree_nodes)
+    out["exactspec"] = out["by_batch_size"][0].get("exactspec")  # the top level is the first batch size
     return out
 
 
@@ -140,18 +139,17 @@ def _plan_tree(acc, out: dict, costs, configs, tree_nodes: int) -> dict:
     from exactspec.offlinetrees import plan_trees
 
     tree = plan_trees(acc, costs, tree_nodes)
-    block = out.get("block") or {}
-    blocks = [block] + (block.get("by_batch_size") or [{}] * len(costs))
-    for mine, theirs, blk in zip([out] + out["by_batch_size"], [tree] + tree["by_batch_size"], blocks):
+    for mine, theirs in zip(out["by_batch_size"], tree["by_batch_size"]):
         best, chain = theirs["best"], mine.get("predicted_speedup")
         if best is None or chain is None:
             continue
         theirs["vs_best_chain"] = best["predicted_speedup"] / chain
-        if mine is not out:  # each batch size's entry carries its best tree beside its best gamma
-            mine["tree"] = best | {"vs_best_chain": theirs["vs_best_chain"]}
-        if not best["is_chain"] and best["predicted_speedup"] > max(chain, blk.get("predicted_speedup") or 0.0):
+        mine["tree"] = best | {"vs_best_chain": theirs["vs_best_chain"]}  # beside that batch size's best gamma
+        rival = max(chain, (mine.get("block") or {}).get("predicted_speedup") or 0.0)
+        if not best["is_chain"] and best["predicted_speedup"] > rival:
             ours = configs(mine["recommended_gamma"])["exactspec"]
             mine["exactspec"] = {k: v for k, v in ours.items() if k != "gamma"} | {"tree": "auto"}
+    tree["vs_best_chain"] = tree["by_batch_size"][0].get("vs_best_chain")
     return tree
 
 

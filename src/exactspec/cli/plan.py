@@ -93,7 +93,7 @@ def _offline(args, sizes) -> int:
     method = "token"
     out = plan_offline(acc, costs, lambda g: engine_configs(g, drafter=drafter, target=target_path,
                                                              draft=draft_path, ngram=args.ngram, method=method),
-                       tree_nodes=args.tree_nodes or 16)
+                       tree_nodes=args.tree_nodes)
     out["measured"] = {"prompts": len(prompts), "tokens_written": acc.tokens, "temperature": args.temperature,
                        "top_k": args.top_k, "top_p": args.top_p, "drafter": drafter, "target": target_path,
                        "draft": draft_path}
