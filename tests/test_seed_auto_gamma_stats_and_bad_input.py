@@ -178,3 +178,23 @@ def test_two_streams_of_one_generator_can_interleave():
         pass
     assert torch.equal(s1.output.sequences, alone)
     assert torch.equal(s2.output.sequences, alone[:1, :s2.output.sequences.shape[1]])
+
+
+@pytest.mark.parametrize("tree", [None, (2, 1)])
+def test_outputs_are_ordinary_tensors_and_rules_still_run_outside_the_loop(tree):
+    """The loop runs in inference mode; what it returns must still take in-place edits and autograd use,
+    and the rules' per-thread scratch buffers it filled must serve a later call made outside the loop."""
+    from exactspec import verify
+
+    target, draft = _models()
+    ids, mask = left_padded(PROMPTS)
+    out = SpeculativeGenerator(target, draft).generate(ids, mask, max_new_tokens=6, do_sample=True, seed=3,
+                                                       eos_token_id=[], pad_token_id=0, tree=tree)
+    assert not out.sequences.is_inference() and not out.from_draft.is_inference()
+    out.sequences[:, 0] = 1  # in place
+    out.from_draft |= True
+    g, v = torch.Generator().manual_seed(0), target.config.vocab_size  # the run's buffer shape [3, V]
+    p = torch.softmax(torch.randn(3, 4, v, generator=g), -1)
+    q = torch.softmax(torch.randn(3, 3, v, generator=g), -1)
+    verdict = verify(p, q, torch.randint(0, v, (3, 3), generator=g), method="token", generator=g)
+    assert verdict.accepted.shape == (3,)

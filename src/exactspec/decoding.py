@@ -341,7 +341,9 @@ class SpeculativeGenerator:
             self._calibrated[batch_size] = self._base_cost(batch_size).calibrate(stats)
 
     # ------------------------------------------------------------------------------------ loop
-    @torch.no_grad()  # not inference_mode: callers may edit the returned tensors in place
+    # inference_mode, not no_grad: no version counters or view tracking per op, ~10% of a small target's
+    # step on a CPU; the stream hands the caller ordinary copies of the output (exactspec.output._normal)
+    @torch.inference_mode()
     def _run(self, ids, mask, max_new, spec: SamplingSpec, gamma, method, eos, pad, tree=None):
         device, b = ids.device, ids.shape[0]
         stats = GenerationStats()

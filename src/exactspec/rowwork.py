@@ -37,7 +37,8 @@ def _scratch(slot: str, B: int, V: int, dtype, device) -> torch.Tensor:
     bufs = _LOCAL.__dict__.setdefault("bufs", {})
     buf = bufs.get(slot)
     if buf is None or buf.shape[0] < B or buf.shape[1] != V or buf.dtype != dtype or buf.device != device:
-        buf = torch.empty(B, V, dtype=dtype, device=device)
+        with torch.inference_mode(False):  # an ordinary tensor, so calls outside inference mode may reuse it
+            buf = torch.empty(B, V, dtype=dtype, device=device)
         if B * V <= 16 * 2**20:
             bufs[slot] = buf
     return buf[:B]
