@@ -33,7 +33,7 @@ from exactspec.output import GenerationOutput, GenerationStream, StreamStep
 from exactspec.plainstep import plain_step
 from exactspec.stats import GenerationStats
 from exactspec.rules import verify
-from exactspec.trees import parse_tree, run_tree
+from exactspec.trees import auto_runs_tree, learn_from_chain, parse_tree, run_tree
 
 __all__ = ["SpeculativeGenerator", "GenerationOutput", "StreamStep", "GenerationStream"]
 
@@ -172,6 +172,7 @@ class SpeculativeGenerator:
         # acceptance model and the probing state (see exactspec.policy); cost models calibrated on its runs.
         self._drafting: dict[tuple, DraftingState] = {}
         self._tree_priors: dict[tuple, list] = {}  # tree="auto": acceptance per (depth, rank), per setting
+        self._tree_calibrated: dict[int, object] = {}  # tree="auto": cost models calibrated on tree runs
         self._calibrated: dict[int, object] = {}
 
     @staticmethod
@@ -348,6 +349,9 @@ class SpeculativeGenerator:
         device, b = ids.device, ids.shape[0]
         stats = GenerationStats()
         prior_key = (spec.greedy, spec.temperature, spec.top_k, spec.top_p, method)
+        chain_for_tree = tree == "auto" and max_new > 0 and not auto_runs_tree(self, b, prior_key)
+        if chain_for_tree:  # trees do not pay here: the gamma="auto" chain (exactspec.trees.auto_runs_tree)
+            tree, gamma = None, "auto"
         if tree is not None:  # tree speculation: exactspec.trees runs the steps (TreeStepper.step / commit)
             return (yield from run_tree(self, ids, mask, max_new, spec, tree, eos, pad, prior_key))
         out = torch.full((b, max_new), pad, dtype=torch.long, device=device)  # [B, max_new]
@@ -433,6 +437,8 @@ class SpeculativeGenerator:
         stats.early_stops = policy.early_stops
         if gamma == "auto":
             self._learn_costs(stats, b)
+        if chain_for_tree:
+            learn_from_chain(self, prior_key, stats)
         new_len = int(n_gen.max()) if b else 0
         stats.new_tokens = int(n_gen.sum())
         stats.total_time = time.perf_counter() - t_start - suspended

@@ -15,12 +15,15 @@ __all__ = ["predict"]
 def predict(stats, cost, *, n_tokens: int | None = None, prefill_plain: float = 0.0, prefill_spec: float = 0.0,
             batch_size: int = 1) -> float | None:
     """The speedup a run's measured acceptance predicts (`stats`: a GenerationStats): its per-position
-    acceptance and the lengths it drafted, priced by `cost`. Per step (:func:`mixed_length_speedup`), or end
+    acceptance per drafted length (:meth:`GenerationStats.alphas_by_length`) and the lengths it drafted,
+    priced by `cost`. Per step (:func:`mixed_length_speedup`), or end
     to end when ``n_tokens`` is given (:func:`end_to_end_speedup`, prefills and the batch's slowest row
     included). None when the run drafted nothing."""
     alphas = [acc / d for acc, d in zip(stats.position_accepted, stats.position_drafted) if d]
     if not alphas or not sum(stats.length_counts):
         return None
+    if len(stats.length_accepted) == len(stats.length_counts):  # per drafted length (older stats: pooled)
+        alphas = stats.alphas_by_length()
     if n_tokens is None:
         return float(mixed_length_speedup(alphas, stats.length_counts, cost))
     return float(end_to_end_speedup(alphas, stats.length_counts, cost, n_tokens, prefill_plain=prefill_plain,

@@ -222,10 +222,19 @@ def mixed_length_speedup(alpha, length_counts, cost) -> float:
     drafts nothing when it finds no match. With weights w_k = length_counts[k] / sum(length_counts):
     E = sum_k w_k E(alpha_1..alpha_k) tokens per step, at a mean step time of
     sum_k w_k (k t_draft + T_target(k + 1) + t_overhead), so the speedup is E * T_target(1) / that time.
-    ``alpha``: scalar or per-position rates (as in :func:`expected_tokens`); ``cost``: c or a CostModel.
+    ``alpha``: scalar or per-position rates (as in :func:`expected_tokens`), or ``[lengths, positions]``
+    rates per drafted length (row k for steps that drafted k; a policy that drafts long when its draft is
+    confident accepts more in its long steps, which one pooled row would average away); ``cost``: c or a
+    CostModel.
     """
     tokens, time = _mixed_step(_check_alpha(alpha), length_counts, _check_cost(cost))
     return _out(tokens / time)
+
+
+def _for_length(a: np.ndarray, k: int) -> np.ndarray:
+    """The per-position rates of steps that drafted k tokens: a 1-d ``a`` serves every length; a 2-d
+    ``a [lengths, positions]`` has a row per drafted length (the last row repeats)."""
+    return a if a.ndim == 1 else a[min(k, a.shape[0] - 1)]
 
 
 def _mixed_step(a: np.ndarray, length_counts, c):
@@ -236,7 +245,7 @@ def _mixed_step(a: np.ndarray, length_counts, c):
         raise ValueError(f"length_counts must be a non-empty list of counts >= 0 with a positive sum, "
                          f"got {length_counts!r}")
     w = counts / counts.sum()
-    tokens = sum(wk * _expected_tokens_array(a, k) for k, wk in enumerate(w) if wk > 0)
+    tokens = sum(wk * _expected_tokens_array(_for_length(a, k), k) for k, wk in enumerate(w) if wk > 0)
     # A step that drafted nothing (no lookup match) is still a step of the loop, overhead included.
     time = sum(wk * _step_cost(c, k, in_loop=True) for k, wk in enumerate(w) if wk > 0)
     return tokens, time
@@ -271,25 +280,27 @@ def end_to_end_speedup(alpha, length_counts, cost, n_tokens: int, prefill_plain:
 def batch_steps(alpha, length_counts, n_tokens: int, batch_size: int, sims: int = 2000, seed: int = 0) -> float:
     """Expected speculative steps until every row of a batch has ``n_tokens`` tokens: the slowest row sets
     the pace. Simulated (numpy, seeded): each step a row drafts k tokens with probability
-    ``length_counts[k] / sum``, keeps them while position i is accepted with probability alpha_i, and emits
-    the kept ones plus one; the result is the mean over ``sims`` batches of the most steps any row took."""
+    ``length_counts[k] / sum``, keeps them while position i is accepted with probability alpha_i (of its
+    length's row when ``alpha`` is ``[lengths, positions]``), and emits the kept ones plus one; the result is the mean over ``sims`` batches of the most steps any row took."""
     a = _check_alpha(alpha)
-    if a.ndim != 1:
-        raise ValueError(f"alpha must be a scalar or a 1-d sequence here, got shape {a.shape}")
+    if a.ndim > 2:
+        raise ValueError(f"alpha must be a scalar, a 1-d sequence or [lengths, positions] here, got shape {a.shape}")
     for name, v in (("n_tokens", n_tokens), ("batch_size", batch_size), ("sims", sims)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
     counts = np.asarray(length_counts, dtype=float)
     w = counts / counts.sum()
     kmax = len(w) - 1
-    rates = _positions(a, max(kmax, 1))  # [kmax]
+    rates = _positions(a, max(kmax, 1))  # [kmax], or [lengths, kmax]: a row per drafted length
+    if rates.ndim == 2:
+        rates = rates[np.minimum(np.arange(kmax + 1), rates.shape[0] - 1)]  # [kmax + 1, kmax]
     rng = np.random.default_rng(seed)
     done = np.zeros((sims, batch_size))
     steps = np.zeros((sims, batch_size))
     while (done < n_tokens).any():
         live = done < n_tokens
         k = rng.choice(kmax + 1, size=done.shape, p=w)  # [sims, B] drafted this step
-        ok = rng.random(done.shape + (max(kmax, 1),)) < rates  # [sims, B, kmax]
+        ok = rng.random(done.shape + (max(kmax, 1),)) < (rates if rates.ndim == 1 else rates[k])  # [sims, B, kmax]
         kept = np.cumprod(ok, axis=-1)[..., :max(kmax, 1)]
         kept = (kept * (np.arange(1, max(kmax, 1) + 1) <= k[..., None])).sum(-1)
         done += live * (kept + 1)

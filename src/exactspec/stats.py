@@ -31,6 +31,8 @@ class GenerationStats:
         gamma_history: tokens drafted at each step (the longest row; 0 for a plain step).
         length_counts[k]: row-steps that drafted k tokens (k < gamma near max_new_tokens, or when a
             model-free drafter found nothing), so predictions can weigh each draft length.
+        length_accepted[k][a]: row-steps that drafted k tokens and accepted a of them (gamma="auto" drafts
+            long when the draft is confident, so acceptance differs by length; see :meth:`alphas_by_length`).
         target_positions: positions fed to the target over all target calls (K + 1 per call, K the
             longest draft of the batch), so a cost model can price the calls (CostModel.calibrate).
         draft_steps / draft_first_time: steps that called the draft model, and the seconds their first
@@ -57,6 +59,7 @@ class GenerationStats:
     position_accepted: list[int] = field(default_factory=list)
     gamma_history: list[int] = field(default_factory=list)
     length_counts: list[int] = field(default_factory=list)
+    length_accepted: list[list[int]] = field(default_factory=list)
     target_positions: int = 0
     draft_steps: int = 0
     draft_first_time: float = 0.0
@@ -83,6 +86,24 @@ class GenerationStats:
     def per_position_acceptance(self) -> list[float]:
         """alpha_i = P(position i accepted | positions < i accepted), estimated from counts."""
         return [a / d if d else 0.0 for a, d in zip(self.position_accepted, self.position_drafted)]
+
+    def alphas_by_length(self) -> list[list[float]]:
+        """``[lengths, positions]``: per drafted length k (row k), P(position i accepted | positions < i
+        accepted) among the row-steps that drafted k; the pooled per-position rate where a length has no
+        such steps (and past k, where it is never read)."""
+        pooled = self.per_position_acceptance
+        k_max = max(len(pooled), len(self.length_accepted) - 1, 1)
+        pooled = pooled + [pooled[-1] if pooled else 0.0] * (k_max - len(pooled))
+        out = []
+        for k in range(len(self.length_accepted)):
+            hist = self.length_accepted[k]
+            row = list(pooled)
+            for i in range(1, k + 1):  # reached position i: accepted >= i - 1
+                reached = sum(hist[i - 1:])
+                if reached:
+                    row[i - 1] = sum(hist[i:]) / reached
+            out.append(row)
+        return out
 
     @property
     def mean_accepted_per_step(self) -> float:
@@ -197,6 +218,9 @@ class GenerationStats:
         if not self.length_counts:
             self.length_counts.append(0)
         self.length_counts[0] += rows
+        if not self.length_accepted:
+            self.length_accepted.append([0])
+        self.length_accepted[0][0] += rows
 
     def record_step(self, draft_lengths: torch.Tensor, accepted: torch.Tensor, fed: int | None = None) -> None:
         """Count one verification: `draft_lengths [B]`, `accepted [B]` (int64) for the rows taking part;
@@ -210,6 +234,10 @@ class GenerationStats:
             if length >= len(self.length_counts):
                 self.length_counts.extend([0] * (length + 1 - len(self.length_counts)))
             self.length_counts[length] += count
+        for length, acc in zip(draft_lengths.tolist(), accepted.tolist()):
+            while len(self.length_accepted) <= length:
+                self.length_accepted.append([0] * (len(self.length_accepted) + 1))
+            self.length_accepted[length][acc] += 1
         k = int(draft_lengths.max()) if draft_lengths.numel() else 0
         if k == 0:
             return

@@ -28,7 +28,7 @@ from exactspec.candidates import verify_candidates
 from exactspec.treedraft import ancestors, draft_tree
 from exactspec.treemath import optimal_tree, shape_parents, tree_label
 
-__all__ = ["parse_tree", "TreeStepper", "TreePlanner", "run_tree"]
+__all__ = ["parse_tree", "TreeStepper", "TreePlanner", "run_tree", "auto_runs_tree", "learn_from_chain"]
 
 
 def _sync(device: torch.device) -> None:
@@ -38,6 +38,11 @@ def _sync(device: torch.device) -> None:
 DYNAMIC_WIDTH, DYNAMIC_BRANCH, DYNAMIC_MAX_DEPTH = 3, 3, 6
 SIDE_PRIOR = 0.3  # acceptance of a sibling of rank >= 1 before any was measured
 AUTO_MAX_NODES, AUTO_MAX_DEPTH, AUTO_MAX_BRANCH, AUTO_REPLAN_EVERY = 16, 8, 4, 4
+# tree="auto" runs a tree only when the best tree beats the best chain by this much: the tree step's 4-D
+# masks, slot moves and rank-by-rank walk cost more per step than the chain's, and what the cost model
+# does not price (with calibrate=False nothing of the loop is priced) must not turn into a loss
+TREE_MARGIN = 0.05
+CHAIN_WEIGHT = 8.0  # pseudo-observations a chain run's rank-0 count is weighed against the table's rate
 
 
 def parse_tree(tree, has_draft: bool = True, method: str = "token"):
@@ -218,6 +223,38 @@ class TreePlanner:
         return self.plan
 
 
+def auto_runs_tree(gen, batch_size: int, key: tuple) -> bool:
+    """Whether a ``tree="auto"`` run of generator `gen` drafts trees (else it runs the ``gamma="auto"``
+    chain, with its early stops and plain steps), decided before the run so that a seeded run reproduces.
+
+    The first run of a sampling setting explores: it runs trees and measures acceptance per (depth, rank).
+    Later runs compare, on that table (its rank 0 kept current by the chain runs, :func:`learn_from_chain`),
+    the best tree priced as the tree loop ran (``gen._tree_calibrated``) with the best chain priced as the
+    chain loop ran; a tree must win by ``TREE_MARGIN``."""
+    table = gen._tree_priors.get(key)
+    if table is None:
+        return True
+    chain_cost = gen._cost_model(batch_size).monotone()
+    tree_cost = (gen._tree_calibrated.get(batch_size) or gen._cost_model(batch_size)).monotone()
+    tree = optimal_tree(table, tree_cost, AUTO_MAX_NODES, max_depth=AUTO_MAX_DEPTH, max_branch=AUTO_MAX_BRANCH)
+    chain = optimal_tree(table, chain_cost, AUTO_MAX_DEPTH, max_depth=AUTO_MAX_DEPTH, max_branch=1)
+    return not tree.is_chain and tree.speedup >= chain.speedup * (1.0 + TREE_MARGIN)
+
+
+def learn_from_chain(gen, key: tuple, stats) -> None:
+    """After a ``tree="auto"`` run that drafted a chain: its per-depth acceptance updates rank 0 of the
+    table (each depth's rate shrunk towards the table's with ``CHAIN_WEIGHT`` pseudo-observations)."""
+    table = gen._tree_priors.get(key)
+    if table is None:
+        return
+    table = [list(row) for row in table]
+    for d, row in enumerate(table):
+        if d < len(stats.position_drafted) and stats.position_drafted[d]:
+            a, n = stats.position_accepted[d], stats.position_drafted[d]
+            row[0] = (a + CHAIN_WEIGHT * row[0]) / (n + CHAIN_WEIGHT)
+    gen._tree_priors[key] = table
+
+
 def _label(tree) -> str:
     """The tree of row 0 (all rows share a static tree's shape), without its invalid nodes (-1 tokens: a
     sampled node with fewer candidates than children, e.g. under top-p) and their descendants."""
@@ -278,7 +315,7 @@ def run_tree(gen, ids, mask, max_new, spec, tree, eos, pad, prior_key=()):
     if tree == "auto":
         # fixed for the run, re-priced between runs, and made monotone in k, as gamma="auto" does: a noisy
         # table where verifying 4 tokens measured dearer than 5 otherwise steers the plan to odd depths
-        cm = gen._cost_model(b).monotone()
+        cm = (gen._tree_calibrated.get(b) or gen._cost_model(b)).monotone()
 
         def cost(st):
             return cm
@@ -347,6 +384,8 @@ def run_tree(gen, ids, mask, max_new, spec, tree, eos, pad, prior_key=()):
     if planner is not None and stats.tree_nodes:
         gen._tree_priors[prior_key] = stats.smoothed_rank_acceptance(
             AUTO_MAX_DEPTH, prior=planner.prior)
+        if gen.calibrate and stats.draft_calls:  # price later tree runs as this loop ran (between runs only)
+            gen._tree_calibrated[b] = gen._base_cost(b).calibrate(stats)
     new_len = int(n_gen.max()) if b else 0
     stats.new_tokens = int(n_gen.sum())
     stats.total_time = time.perf_counter() - t_start - suspended

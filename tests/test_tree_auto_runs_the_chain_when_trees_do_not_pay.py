@@ -1,0 +1,81 @@
+"""tree="auto" never pays for trees that do not pay: after its first (exploring) run, each run drafts a tree
+only when the best tree beats the best chain by TREE_MARGIN on the measured (depth, rank) table; otherwise
+it is the gamma="auto" chain (early stops, plain steps), whose per-depth acceptance keeps the table's rank 0
+current. Either way greedy output is target.generate's."""
+from __future__ import annotations
+
+import torch
+
+from _spec_models import left_padded, noisy_copy, target_greedy, tiny_lm
+from exactspec import CostModel, SpeculativeGenerator
+from exactspec.trees import TREE_MARGIN, auto_runs_tree
+
+PROMPTS = [[3, 1, 4, 1, 5], [9, 2, 6], [5, 3, 5, 8, 9, 7, 9, 3]]
+KW = dict(max_new_tokens=14, do_sample=False, tree="auto", eos_token_id=[])
+CHEAP_WIDTH = CostModel(0.02, {1: 1.0, 17: 1.0})  # verifying 17 tokens costs what 1 does: width is free
+
+
+def _setup(cost=CHEAP_WIDTH):
+    target = tiny_lm("llama", attn="sdpa", dtype=torch.float32)
+    gen = SpeculativeGenerator(target, noisy_copy(target, 0.15), cost_model=cost, calibrate=False)
+    return target, gen
+
+
+def _table(rank0: float, side: float) -> list[list[float]]:
+    return [[rank0, side, side, side] for _ in range(8)]
+
+
+def test_first_run_explores_with_trees_then_a_chain_runs_when_side_ranks_never_pay():
+    target, gen = _setup()
+    ids, mask = left_padded(PROMPTS)
+    want = [target_greedy(target, p, 14) for p in PROMPTS]
+    first = gen.generate(ids, mask, **KW)
+    assert first.stats.tree_nodes > 0 and first.stats.tree_history  # no table yet: it explores
+    (key,) = gen._tree_priors
+    gen._tree_priors[key] = _table(0.6, 0.0)  # siblings are never accepted: a chain is the best tree
+    assert not auto_runs_tree(gen, 3, key)
+    out = gen.generate(ids, mask, **KW)
+    s = out.stats
+    assert s.tree_nodes == 0 and not s.tree_history and s.draft_calls > 0  # the chain loop drafted
+    assert [r[ids.shape[1]:] for r in out.sequences.tolist()] == want
+    # the chain's per-depth counts moved rank 0 towards what it measured, and left the siblings alone
+    table = gen._tree_priors[key]
+    for d, row in enumerate(table):
+        if d < len(s.position_drafted) and s.position_drafted[d]:
+            rate = s.position_accepted[d] / s.position_drafted[d]
+            assert abs(row[0] - rate) < abs(0.6 - rate) or rate == 0.6
+        assert row[1:] == [0.0, 0.0, 0.0]
+
+
+def test_a_tree_runs_when_it_beats_the_chain_by_the_margin_and_not_when_it_does_not():
+    _, gen = _setup()
+    ids, mask = left_padded(PROMPTS)
+    gen.generate(ids, mask, **KW)
+    (key,) = gen._tree_priors
+    gen._tree_priors[key] = _table(0.3, 0.9)  # first choices poor, second choices good, width free
+    assert auto_runs_tree(gen, 3, key)
+    out = gen.generate(ids, mask, **KW)
+    assert out.stats.tree_nodes > 0
+    # a dear verification width (each verified token costs a plain step) makes every extra node a loss
+    _, dear = _setup(CostModel(0.02, {1: 1.0, 17: 17.0}))
+    dear._tree_priors[key] = _table(0.5, 0.3)
+    assert not auto_runs_tree(dear, 3, key)
+
+
+def test_the_margin_is_what_separates_tree_from_chain():
+    """Between 'tree predicted better' and 'tree predicted better by TREE_MARGIN' the chain runs."""
+    from exactspec.treemath import optimal_tree
+
+    _, gen = _setup(CostModel(0.02, {1: 1.0, 2: 1.02, 17: 1.35}))
+    key = ("k",)
+    seen = set()
+    for side in [i / 40 for i in range(41)]:
+        gen._tree_priors[key] = _table(0.5, side)
+        cm = gen._cost_model(1).monotone()
+        tree = optimal_tree(gen._tree_priors[key], cm, 16, max_depth=8, max_branch=4)
+        chain = optimal_tree(gen._tree_priors[key], cm, 8, max_depth=8, max_branch=1)
+        gain = tree.speedup / chain.speedup - 1.0
+        runs = auto_runs_tree(gen, 1, key)
+        assert runs == (not tree.is_chain and gain >= TREE_MARGIN)
+        seen.add("chain is best" if tree.is_chain else "tree" if runs else "tree within the margin")
+    assert seen == {"chain is best", "tree within the margin", "tree"}  # the sweep crosses all three
