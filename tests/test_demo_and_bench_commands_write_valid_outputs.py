@@ -72,9 +72,9 @@ def test_bench_writes_json_markdown_and_pngs(tmp_path, capsys):
     assert row["predicted_speedup"] is not None
     cm = CostModel.from_dict(cals[row["system"]])
     assert cm.t_target(1) == pytest.approx(cm.metadata["calibrated_from"]["plain_time"])
-    alphas = [a for a in row["per_position_acceptance"] if a is not None]
+    assert len(row["alphas_by_length"]) == len(row["length_counts"])  # a row per drafted length
     assert row["predicted_speedup"] == pytest.approx(end_to_end_speedup(
-        alphas, row["length_counts"], cm, pre["n_tokens"], prefill_plain=pre["plain"],
+        row["alphas_by_length"], row["length_counts"], cm, pre["n_tokens"], prefill_plain=pre["plain"],
         prefill_spec=pre[row["system"]]))
     for png in ("speedup.png", "acceptance.png", "predicted_vs_measured.png"):
         assert matplotlib.image.imread(out / png).ndim == 3

@@ -210,32 +210,15 @@ def tree_system_name(tree) -> str:
     return f"exactspec tree ({label})"
 
 
-def _tree_predicted(stats, cost_model, prefill: dict | None, name: str) -> float | None:
-    """A tree run priced by the cost model: its tokens per step (the acceptance it met) over a step of the
-    run's mean draft calls and mean verified width (t_draft per call, T_target(width), overhead)."""
-    if not stats.target_calls or not stats.row_steps:
-        return None
-    e = stats.mean_tokens_per_step
-    calls = stats.draft_calls / stats.target_calls
-    width = stats.target_positions / stats.target_calls
-    step = calls * cost_model.t_draft + (cost_model.t_draft_cold if calls else 0.0) + \
-        cost_model.t_target(width) + cost_model.t_overhead
-    t1 = cost_model.t_target(1)
-    if prefill is None:
-        return e * t1 / step
-    n = prefill["n_tokens"]
-    return (prefill["plain"] + (n - 1) * t1) / (prefill[name] + n / e * step)
-
-
 def predicted_speedup(system: System, stats, cost_model, prefill: dict | None = None,
                       batch_size: int = 1) -> float | None:
     """:func:`exactspec.prediction.predict` for one system: per step with the bare-forwards `cost_model` (a
     model-free drafter's draft priced free), or end to end with `prefill` ({"plain": s, name: s per call,
     "n_tokens": per row}), `cost_model` then being that system's calibrated model, used as is."""
-    from exactspec.prediction import predict
+    from exactspec.prediction import predict, predict_tree
 
     if system.tree is not None:
-        return _tree_predicted(stats, cost_model, prefill, system.name)
+        return predict_tree(stats, cost_model, prefill, system.name)
     if prefill is None:
         cm = cost_model.without_draft() if system.drafter == "prompt_lookup" else cost_model
         return predict(stats, cm)
@@ -377,6 +360,7 @@ def _report(results: dict[str, SystemResult], systems: dict[str, System], cfg: B
             "per_position_acceptance": [a / d if d else None for a, d in
                                         zip(st.position_accepted, st.position_drafted)] if st else [],
             "length_counts": st.length_counts if st else [],
+            "alphas_by_length": st.alphas_by_length() if st else [],  # what the prediction reads
             "predicted_speedup": predicted_speedup(system, st, loop_costs[name], prefill, cfg.batch_size)
             if st and name in loop_costs else None,
             "predicted_speedup_forwards": predicted_speedup(system, st, cost_model) if st else None,

@@ -173,6 +173,7 @@ class SpeculativeGenerator:
         self._drafting: dict[tuple, DraftingState] = {}
         self._tree_priors: dict[tuple, list] = {}  # tree="auto": acceptance per (depth, rank), per setting
         self._tree_calibrated: dict[int, object] = {}  # tree="auto": cost models calibrated on tree runs
+        self._tree_speedup: dict[tuple, float] = {}  # tree="auto": what its tree runs achieved, priced
         self._calibrated: dict[int, object] = {}
 
     @staticmethod

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from exactspec.speedup import end_to_end_speedup, mixed_length_speedup
 
-__all__ = ["predict"]
+__all__ = ["predict", "predict_tree"]
 
 
 def predict(stats, cost, *, n_tokens: int | None = None, prefill_plain: float = 0.0, prefill_spec: float = 0.0,
@@ -28,3 +28,23 @@ def predict(stats, cost, *, n_tokens: int | None = None, prefill_plain: float = 
         return float(mixed_length_speedup(alphas, stats.length_counts, cost))
     return float(end_to_end_speedup(alphas, stats.length_counts, cost, n_tokens, prefill_plain=prefill_plain,
                                     prefill_spec=prefill_spec, batch_size=batch_size))
+
+
+def predict_tree(stats, cost, prefill: dict | None = None, name: str | None = None) -> float | None:
+    """A tree run (or any run) priced by `cost` from its counts: its tokens per step (the acceptance it
+    met) over a step of its mean draft calls and mean verified width (t_draft per call, the cold extra per
+    drafting step, T_target(width), overhead). End to end with `prefill` ({"plain": s, name: s per call,
+    "n_tokens": per row}). None for a run without steps. A tree's acceptance has no per-position curve to
+    replay, so the run's own tokens per step stand in for it."""
+    if not stats.target_calls or not stats.row_steps:
+        return None
+    e = stats.mean_tokens_per_step
+    calls = stats.draft_calls / stats.target_calls
+    width = stats.target_positions / stats.target_calls
+    step = calls * cost.t_draft + cost.t_draft_cold * stats.draft_steps / stats.target_calls + \
+        cost.t_target(width) + cost.t_overhead
+    t1 = cost.t_target(1)
+    if prefill is None:
+        return e * t1 / step
+    n = prefill["n_tokens"]
+    return (prefill["plain"] + (n - 1) * t1) / (prefill[name] + n / e * step)

@@ -24,6 +24,7 @@ import time
 import torch
 
 from exactspec.cache import left_pack
+from exactspec.prediction import predict_tree
 from exactspec.candidates import verify_candidates
 from exactspec.treedraft import ancestors, draft_tree
 from exactspec.treemath import optimal_tree, shape_parents, tree_label
@@ -225,20 +226,32 @@ class TreePlanner:
 
 def auto_runs_tree(gen, batch_size: int, key: tuple) -> bool:
     """Whether a ``tree="auto"`` run of generator `gen` drafts trees (else it runs the ``gamma="auto"``
-    chain, with its early stops and plain steps), decided before the run so that a seeded run reproduces.
+    chain, with its early stops and plain steps), decided before the run from counts and cost models fixed
+    before it, so that a seeded run on a fresh generator reproduces.
 
     The first run of a sampling setting explores: it runs trees and measures acceptance per (depth, rank).
-    Later runs compare, on that table (its rank 0 kept current by the chain runs, :func:`learn_from_chain`),
-    the best tree priced as the tree loop ran (``gen._tree_calibrated``) with the best chain priced as the
-    chain loop ran; a tree must win by ``TREE_MARGIN``."""
+    Later runs compare what each loop is worth, priced as it ran (the cost models calibrated on the
+    generator's tree runs and chain runs):
+    - trees: the speedup the tree runs achieved (:func:`exactspec.prediction.predict_tree` of their counts;
+      the positional model's prediction over-credits side branches);
+    - the chain: the better of the dynamic program's best chain on the table (rank 0 kept current by chain
+      runs, :func:`learn_from_chain`) and what ``gamma="auto"`` achieved (its drafting steps' tokens over
+      their price, from counts), which stops early where a fixed chain cannot.
+    A tree must win by ``TREE_MARGIN``."""
     table = gen._tree_priors.get(key)
     if table is None:
         return True
     chain_cost = gen._cost_model(batch_size).monotone()
-    tree_cost = (gen._tree_calibrated.get(batch_size) or gen._cost_model(batch_size)).monotone()
-    tree = optimal_tree(table, tree_cost, AUTO_MAX_NODES, max_depth=AUTO_MAX_DEPTH, max_branch=AUTO_MAX_BRANCH)
-    chain = optimal_tree(table, chain_cost, AUTO_MAX_DEPTH, max_depth=AUTO_MAX_DEPTH, max_branch=1)
-    return not tree.is_chain and tree.speedup >= chain.speedup * (1.0 + TREE_MARGIN)
+    chain = optimal_tree(table, chain_cost, AUTO_MAX_DEPTH, max_depth=AUTO_MAX_DEPTH, max_branch=1).speedup
+    state = gen._drafting.get(key)
+    if state is not None and state.seconds > 0:
+        chain = max(chain, state.tokens / state.seconds * chain_cost.t_target(1))
+    tree = gen._tree_speedup.get((key, batch_size))
+    if tree is None:  # no tree run at this batch size yet: the program's prediction
+        tree_cost = (gen._tree_calibrated.get(batch_size) or gen._cost_model(batch_size)).monotone()
+        tree = optimal_tree(table, tree_cost, AUTO_MAX_NODES, max_depth=AUTO_MAX_DEPTH,
+                            max_branch=AUTO_MAX_BRANCH).speedup
+    return tree >= chain * (1.0 + TREE_MARGIN)
 
 
 def learn_from_chain(gen, key: tuple, stats) -> None:
@@ -381,12 +394,16 @@ def run_tree(gen, ids, mask, max_new, spec, tree, eos, pad, prior_key=()):
                 pending = pending[rows_kept]
         active = active[keep]
         stats.verify_time += time.perf_counter() - t3
+    new_len = int(n_gen.max()) if b else 0
+    stats.new_tokens = int(n_gen.sum())
+    stats.total_time = time.perf_counter() - t_start - suspended
     if planner is not None and stats.tree_nodes:
         gen._tree_priors[prior_key] = stats.smoothed_rank_acceptance(
             AUTO_MAX_DEPTH, prior=planner.prior)
         if gen.calibrate and stats.draft_calls:  # price later tree runs as this loop ran (between runs only)
             gen._tree_calibrated[b] = gen._base_cost(b).calibrate(stats)
-    new_len = int(n_gen.max()) if b else 0
-    stats.new_tokens = int(n_gen.sum())
-    stats.total_time = time.perf_counter() - t_start - suspended
+        worth = predict_tree(stats, gen._tree_calibrated.get(b) or gen._cost_model(b))
+        if worth is not None:  # what tree runs achieve, for auto_runs_tree (a mean over runs)
+            old = gen._tree_speedup.get((prior_key, b))
+            gen._tree_speedup[(prior_key, b)] = worth if old is None else 0.5 * (old + worth)
     return GenerationOutput(torch.cat([ids, out[:, :new_len]], 1), stats, from_draft[:, :new_len])
