@@ -239,7 +239,7 @@ class CostModel:
         import torch
         from transformers import DynamicCache
 
-        from exactspec.decoding import _max_positions
+        from exactspec.runargs import _max_positions
 
         for name, model in (("target_model", target_model), ("draft_model", draft_model)):
             if not isinstance(model, torch.nn.Module) or getattr(model, "config", None) is None:
