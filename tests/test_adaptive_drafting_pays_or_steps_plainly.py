@@ -89,12 +89,21 @@ def test_the_next_draft_call_is_made_only_when_it_is_expected_to_pay():
     p = float(policy._p[0])
     assert policy.more(2) == (p > policy.threshold(3, paid=False))
     assert policy.threshold(3, paid=False) > policy.threshold(3, paid=True)  # an unpaid call costs more
+    # a stop made here, before the call, is an early stop of the row (its cap allowed 20 positions)
+    policy.next_lengths(torch.tensor([20]))
+    before = policy.early_stops
+    assert policy.include(1, torch.tensor([0.3]), caps).tolist() == [True]  # its call is paid, width is free
+    assert not policy.more(1) and policy.early_stops == before + 1  # a bin never accepted: no next call
+    assert not policy.more(8) and policy.early_stops == before + 1  # at max_gamma: the cap, not a stop
     draft = tiny_lm("llama", seed=0)
     target = copy.deepcopy(draft)
     out = SpeculativeGenerator(target, draft, cost_model=cost, max_gamma=8).generate(
         *left_padded([[5, 9, 13, 5, 9]]), max_new_tokens=30, do_sample=False, eos_token_id=[], pad_token_id=0)
     s = out.stats  # a twin draft is always accepted: no call is wasted, each drafted token had its call
-    assert s.draft_calls == s.drafted_tokens and s.early_stops == 0
+    assert s.draft_calls == s.drafted_tokens
+    # while it learns that the twin is always right, it stops short of the cap of 8 (the last step's cap is
+    # the 4 tokens left): each such step is one early stop, counted where more() made it
+    assert s.gamma_history == [2, 4, 7, 8, 4] and s.early_stops == 3
 
 
 def test_random_weight_draft_spends_most_steps_plain_and_a_copy_drafts_long():

@@ -261,7 +261,10 @@ class AdaptivePolicy:
         that call, so a step whose next position is not worth drafting does not waste a forward on it."""
         if self._p is None or i >= self.max_gamma:
             return False
-        return any(self._alive) and sum(self._p) / len(self._p) > self.threshold(i + 1, paid=False)
+        go = any(self._alive) and sum(self._p) / len(self._p) > self.threshold(i + 1, paid=False)
+        if not go:  # rows still drafting whose cap allowed position i + 1 stop early here
+            self.early_stops += sum(al and c > i for al, c in zip(self._alive, self._caps))
+        return go
 
     def observe(self, draft, accepted: torch.Tensor) -> None:
         """Update the acceptance model from a verdict: position j of row b was reached when j <= n_b + 1.

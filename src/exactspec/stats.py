@@ -39,8 +39,9 @@ class GenerationStats:
             draft call took (the cold one, right after the target's forward; part of draft_time).
         plain_steps: target calls that verified no draft token (the policy chose a plain step, or the
             drafter found or kept nothing); gamma_history holds 0 for them.
-        early_stops: steps whose drafting gamma="auto" stopped before its cap (the draft's confidence
-            said another token was not worth its price).
+        early_stops: row-steps whose drafting gamma="auto" stopped before their cap: the draft's
+            confidence at a position, or the expected worth of the next draft call, said another token
+            was not worth its price.
         tree_nodes: tree nodes verified, summed over row-steps (tree speculation only; a chain's
             position_drafted then counts depths: position i is depth i).
         accepted_depths[a]: row-steps whose accepted path had a nodes (tree speculation).
