@@ -75,7 +75,7 @@ def test_bench_writes_json_markdown_and_pngs(tmp_path, capsys):
     assert len(row["alphas_by_length"]) == len(row["length_counts"])  # a row per drafted length
     assert row["predicted_speedup"] == pytest.approx(end_to_end_speedup(
         row["alphas_by_length"], row["length_counts"], cm, pre["n_tokens"], prefill_plain=pre["plain"],
-        prefill_spec=pre[row["system"]]))
+        prefill_spec=pre[row["system"]], by_length=True))
     for png in ("speedup.png", "acceptance.png", "predicted_vs_measured.png"):
         assert matplotlib.image.imread(out / png).ndim == 3
 

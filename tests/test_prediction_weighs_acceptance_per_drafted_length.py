@@ -15,7 +15,9 @@ from exactspec.stats import GenerationStats
 def _expected_accepted(alpha, counts) -> float:
     a = np.asarray(alpha, dtype=float)
     w = np.asarray(counts, dtype=float) / sum(counts)
-    return float(sum(wk * (_expected_tokens_array(_for_length(a, k), k) - 1.0) for k, wk in enumerate(w) if wk))
+    by_length = a.ndim == 2
+    return float(sum(wk * (_expected_tokens_array(_for_length(a, k, by_length), k) - 1.0)
+                     for k, wk in enumerate(w) if wk))
 
 
 def _hand_stats() -> GenerationStats:
@@ -35,9 +37,14 @@ def test_rates_per_length_reproduce_the_measured_accepted_tokens_where_pooled_ra
     assert _expected_accepted(s.per_position_acceptance, s.length_counts) == pytest.approx(1.25)  # pooled: biased
     cost = CostModel(0.1, {1: 1.0, 5: 1.0})
     # 3 tokens per step (2 accepted + 1) over a mean step of (1 * 0.1 + 1) and (4 * 0.1 + 1) target units
-    assert mixed_length_speedup(by_length, s.length_counts, cost) == pytest.approx(3.0 / 1.25)
+    assert mixed_length_speedup(by_length, s.length_counts, cost, by_length=True) == pytest.approx(3.0 / 1.25)
+    # without by_length a 2-d alpha still batches over its leading axis, as everywhere in the module
+    batched = mixed_length_speedup([[0.9], [0.1]], [1, 1, 1], 0.1)
+    assert batched.shape == (2,) and batched[0] > batched[1]
+    with pytest.raises(ValueError, match="by_length"):
+        mixed_length_speedup([0.5, 0.5], [1, 1], 0.1, by_length=True)
     # the batch simulation draws each step's acceptance from its length's row: 1 or 5 tokens, 3 on average
-    assert batch_steps(by_length, s.length_counts, 60, 1, sims=400) == pytest.approx(20.0, rel=0.06)
+    assert batch_steps(by_length, s.length_counts, 60, 1, sims=400, by_length=True) == pytest.approx(20.0, rel=0.06)
     assert batch_steps(s.per_position_acceptance, s.length_counts, 60, 1, sims=400) > 24  # pooled: 2.25 a step
 
 

@@ -198,3 +198,19 @@ def test_outputs_are_ordinary_tensors_and_rules_still_run_outside_the_loop(tree)
     q = torch.softmax(torch.randn(3, 3, v, generator=g), -1)
     verdict = verify(p, q, torch.randint(0, v, (3, 3), generator=g), method="token", generator=g)
     assert verdict.accepted.shape == (3,)
+
+
+def test_block_rule_rows_on_worker_threads_write_into_the_loops_inference_tensors():
+    """Block verification spreads rows over worker threads when (K - 1) * V is large; the workers write into
+    tensors the loop made in inference mode, which only works if they run in the caller's mode."""
+    target = tiny_lm("llama", vocab=40000, hidden=16, layers=1, seed=0)
+    draft = noisy_copy(target, 0.3, seed=2)
+    ids, mask = left_padded([[5, 9, 13, 5], [7, 8, 11, 12]])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # the row-parallel path needs more than one thread
+    try:
+        out = SpeculativeGenerator(target, draft).generate(ids, mask, max_new_tokens=6, gamma=4, method="block",
+                                                           do_sample=True, seed=1, eos_token_id=[], pad_token_id=0)
+    finally:
+        torch.set_num_threads(threads)
+    assert out.sequences.shape == (2, 10) and out.stats.drafted_tokens > 0

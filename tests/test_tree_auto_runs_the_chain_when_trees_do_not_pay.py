@@ -40,6 +40,9 @@ def test_first_run_explores_with_trees_then_a_chain_runs_when_trees_do_not_pay()
     s = out.stats
     assert s.tree_nodes == 0 and not s.tree_history and s.draft_calls > 0  # the chain loop drafted
     assert [r[ids.shape[1]:] for r in out.sequences.tolist()] == want
+    # what the whole chain run achieved, priced from its counts like a tree run, is what trees must beat
+    from exactspec.prediction import predict_tree
+    assert gen._tree_speedup[("chain", key, 3)] == predict_tree(s, gen._cost_model(3)) > 0
     # the chain's per-depth counts moved rank 0 towards what it measured, and left the siblings alone
     table = gen._tree_priors[key]
     moved = 0
@@ -60,7 +63,8 @@ def test_a_tree_runs_when_it_beats_what_the_chain_achieves_by_the_margin():
     (key,) = gen._tree_priors
     gen.generate(ids, mask, max_new_tokens=14, do_sample=False, gamma="auto", eos_token_id=[])  # a chain run
     state, cost = gen._drafting[key], gen._cost_model(3).monotone()
-    achieved = state.tokens / state.seconds * cost.t_target(1)  # gamma="auto"'s drafting, priced from counts
+    # no chain run of tree="auto" yet: what gamma="auto"'s drafting steps achieved, priced from counts
+    achieved = state.tokens / state.seconds * cost.t_target(1)
     gen._tree_priors[key] = _table(0.05, 0.0)  # the program's best chain is worth less than what auto achieved
     for tree_worth, runs in ((achieved * (1 + TREE_MARGIN / 2), False), (achieved * (1 + 2 * TREE_MARGIN), True)):
         gen._tree_speedup[(key, 3)] = tree_worth

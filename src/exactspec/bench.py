@@ -365,6 +365,8 @@ def _report(results: dict[str, SystemResult], systems: dict[str, System], cfg: B
             if st and name in loop_costs else None,
             "predicted_speedup_forwards": predicted_speedup(system, st, cost_model) if st else None,
             "plain_steps": st.plain_steps if st else None,
+            # tree systems: steps that drafted a tree (tree="auto" runs gamma="auto"'s chain when trees do not pay)
+            "tree_steps": len(st.tree_history) if st and system.tree is not None else None,
             "early_stops": st.early_stops if st else None,
             # Where a step's time goes inside the loop (ms per target call): what the cost model prices
             # (draft and target forwards) against what it does not (sampling, verification, bookkeeping).

@@ -139,7 +139,7 @@ class SpeculativeGenerator:
         self._drafting: dict[tuple, DraftingState] = {}
         self._tree_priors: dict[tuple, list] = {}  # tree="auto": acceptance per (depth, rank), per setting
         self._tree_calibrated: dict[int, object] = {}  # tree="auto": cost models calibrated on tree runs
-        self._tree_speedup: dict[tuple, float] = {}  # tree="auto": what its tree runs achieved, priced
+        self._tree_speedup: dict[tuple, float] = {}  # tree="auto": what its tree and chain runs achieved
         self._calibrated: dict[int, object] = {}
 
     @staticmethod
@@ -339,11 +339,11 @@ class SpeculativeGenerator:
             active = active[keep]
             stats.verify_time += time.perf_counter() - t3
         stats.early_stops = policy.early_stops
-        if gamma == "auto":
-            self._learn_costs(stats, b)
-        if chain_for_tree:
-            learn_from_chain(self, prior_key, stats)
         new_len = int(n_gen.max()) if b else 0
         stats.new_tokens = int(n_gen.sum())
         stats.total_time = time.perf_counter() - t_start - suspended
+        if gamma == "auto":  # (after the stats are complete: learning reads them)
+            self._learn_costs(stats, b)
+        if chain_for_tree:
+            learn_from_chain(self, prior_key, stats, b)
         return GenerationOutput(torch.cat([ids, out[:, :new_len]], 1), stats, from_draft[:, :new_len])

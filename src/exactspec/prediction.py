@@ -22,12 +22,13 @@ def predict(stats, cost, *, n_tokens: int | None = None, prefill_plain: float = 
     alphas = [acc / d for acc, d in zip(stats.position_accepted, stats.position_drafted) if d]
     if not alphas or not sum(stats.length_counts):
         return None
-    if len(stats.length_accepted) == len(stats.length_counts):  # per drafted length (older stats: pooled)
+    by_length = len(stats.length_accepted) == len(stats.length_counts)  # (older stats: one pooled curve)
+    if by_length:
         alphas = stats.alphas_by_length()
     if n_tokens is None:
-        return float(mixed_length_speedup(alphas, stats.length_counts, cost))
+        return float(mixed_length_speedup(alphas, stats.length_counts, cost, by_length=by_length))
     return float(end_to_end_speedup(alphas, stats.length_counts, cost, n_tokens, prefill_plain=prefill_plain,
-                                    prefill_spec=prefill_spec, batch_size=batch_size))
+                                    prefill_spec=prefill_spec, batch_size=batch_size, by_length=by_length))
 
 
 def predict_tree(stats, cost, prefill: dict | None = None, name: str | None = None) -> float | None:

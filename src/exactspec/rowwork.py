@@ -65,9 +65,14 @@ def _parallel_map(fn, items: list, workers: int | None = None) -> list:
                     old.shutdown(wait=False)
             pool = _POOL
 
+        # Autograd modes are per thread: a worker runs in the caller's, so that it may write into tensors
+        # the caller made (in inference mode, the engine loop's tensors refuse in-place writes outside it)
+        inference, grad = torch.is_inference_mode_enabled(), torch.is_grad_enabled()
+
         def run(it):
             torch.set_num_threads(1)  # OpenMP backend: per-thread setting, the caller's is untouched
-            return fn(it)
+            with torch.inference_mode(inference), torch.set_grad_enabled(grad):
+                return fn(it)
 
         try:
             return list(pool.map(run, items))

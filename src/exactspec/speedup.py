@@ -215,29 +215,37 @@ def walltime_speedup(alpha, gamma: int, cost):
     return _out(_expected_tokens_array(a, g) / _step_cost(c, g))
 
 
-def mixed_length_speedup(alpha, length_counts, cost) -> float:
+def mixed_length_speedup(alpha, length_counts, cost, *, by_length: bool = False) -> float:
     """Expected speedup when steps draft different lengths: ``length_counts[k]`` steps drafted k tokens.
 
     What a run actually does: near ``max_new_tokens`` a step drafts fewer tokens, and a model-free drafter
     drafts nothing when it finds no match. With weights w_k = length_counts[k] / sum(length_counts):
     E = sum_k w_k E(alpha_1..alpha_k) tokens per step, at a mean step time of
     sum_k w_k (k t_draft + T_target(k + 1) + t_overhead), so the speedup is E * T_target(1) / that time.
-    ``alpha``: scalar or per-position rates (as in :func:`expected_tokens`), or ``[lengths, positions]``
-    rates per drafted length (row k for steps that drafted k; a policy that drafts long when its draft is
-    confident accepts more in its long steps, which one pooled row would average away); ``cost``: c or a
-    CostModel.
+    ``alpha``: scalar or per-position rates (as in :func:`expected_tokens`; leading axes batch), or with
+    ``by_length=True`` a ``[lengths, positions]`` table with a row per drafted length (row k for the steps
+    that drafted k, the last row repeating: a policy that drafts long when its draft is confident accepts
+    more in its long steps, which one pooled row would average away); ``cost``: c or a CostModel.
     """
-    tokens, time = _mixed_step(_check_alpha(alpha), length_counts, _check_cost(cost))
+    tokens, time = _mixed_step(_by_length(alpha, by_length), length_counts, _check_cost(cost), by_length)
     return _out(tokens / time)
 
 
-def _for_length(a: np.ndarray, k: int) -> np.ndarray:
-    """The per-position rates of steps that drafted k tokens: a 1-d ``a`` serves every length; a 2-d
-    ``a [lengths, positions]`` has a row per drafted length (the last row repeats)."""
-    return a if a.ndim == 1 else a[min(k, a.shape[0] - 1)]
+def _by_length(alpha, by_length: bool) -> np.ndarray:
+    """`alpha` checked; with ``by_length`` it must be a ``[lengths, positions]`` table."""
+    a = _check_alpha(alpha)
+    if by_length and a.ndim != 2:
+        raise ValueError(f"alpha: with by_length=True it must be a [lengths, positions] table, got shape {a.shape}")
+    return a
 
 
-def _mixed_step(a: np.ndarray, length_counts, c):
+def _for_length(a: np.ndarray, k: int, by_length: bool) -> np.ndarray:
+    """The per-position rates of steps that drafted k tokens: row k of a ``by_length`` table (the last row
+    repeats), else `a` itself for every length."""
+    return a[min(k, a.shape[0] - 1)] if by_length else a
+
+
+def _mixed_step(a: np.ndarray, length_counts, c, by_length: bool = False):
     """(expected tokens per step, mean step time in units of T_target(1)) over the drafted lengths."""
     counts = _to_numpy(length_counts, "length_counts")
     if counts.ndim != 1 or counts.size == 0 or (counts < 0).any() or not np.isfinite(counts).all() \
@@ -245,14 +253,14 @@ def _mixed_step(a: np.ndarray, length_counts, c):
         raise ValueError(f"length_counts must be a non-empty list of counts >= 0 with a positive sum, "
                          f"got {length_counts!r}")
     w = counts / counts.sum()
-    tokens = sum(wk * _expected_tokens_array(_for_length(a, k), k) for k, wk in enumerate(w) if wk > 0)
+    tokens = sum(wk * _expected_tokens_array(_for_length(a, k, by_length), k) for k, wk in enumerate(w) if wk > 0)
     # A step that drafted nothing (no lookup match) is still a step of the loop, overhead included.
     time = sum(wk * _step_cost(c, k, in_loop=True) for k, wk in enumerate(w) if wk > 0)
     return tokens, time
 
 
 def end_to_end_speedup(alpha, length_counts, cost, n_tokens: int, prefill_plain: float = 0.0,
-                       prefill_spec: float = 0.0, batch_size: int = 1) -> float:
+                       prefill_spec: float = 0.0, batch_size: int = 1, *, by_length: bool = False) -> float:
     """Expected speedup of a whole generation of ``n_tokens`` tokens, prefills included.
 
     Plain decoding takes ``prefill_plain + (n_tokens - 1) * T_target(1)`` seconds (the first token comes
@@ -262,29 +270,33 @@ def end_to_end_speedup(alpha, length_counts, cost, n_tokens: int, prefill_plain:
     short generations the prefills are a visible share of the time, which the per-step speedup ignores.
     ``cost`` must be a CostModel (seconds, at that batch size); prefills are seconds per generation call.
     ``batch_size`` > 1: a batch runs until its slowest row has its tokens, so the n_tokens / E steps of
-    one row become the expected maximum over the rows (:func:`batch_steps`).
+    one row become the expected maximum over the rows (:func:`batch_steps`). ``by_length``: as in
+    :func:`mixed_length_speedup`.
     """
-    a = _check_alpha(alpha)
+    a = _by_length(alpha, by_length)
     c = _check_cost(cost)
     if isinstance(c, float):
         raise ValueError("end_to_end_speedup needs a CostModel (seconds), not a cost ratio")
     check_int("n_tokens", n_tokens, min=1)
     prefill_plain = check_real("prefill_plain", prefill_plain, min=0.0)
     prefill_spec = check_real("prefill_spec", prefill_spec, min=0.0)
-    tokens, time = _mixed_step(a, length_counts, c)
+    tokens, time = _mixed_step(a, length_counts, c, by_length)
     t1 = c.t_target(1)
-    steps = n_tokens / tokens if batch_size == 1 else batch_steps(a, length_counts, n_tokens, batch_size)
+    steps = n_tokens / tokens if batch_size == 1 else \
+        batch_steps(a, length_counts, n_tokens, batch_size, by_length=by_length)
     return _out((prefill_plain + (n_tokens - 1) * t1) / (prefill_spec + steps * time * t1))
 
 
-def batch_steps(alpha, length_counts, n_tokens: int, batch_size: int, sims: int = 2000, seed: int = 0) -> float:
+def batch_steps(alpha, length_counts, n_tokens: int, batch_size: int, sims: int = 2000, seed: int = 0, *,
+                by_length: bool = False) -> float:
     """Expected speculative steps until every row of a batch has ``n_tokens`` tokens: the slowest row sets
     the pace. Simulated (numpy, seeded): each step a row drafts k tokens with probability
     ``length_counts[k] / sum``, keeps them while position i is accepted with probability alpha_i (of its
-    length's row when ``alpha`` is ``[lengths, positions]``), and emits the kept ones plus one; the result is the mean over ``sims`` batches of the most steps any row took."""
-    a = _check_alpha(alpha)
-    if a.ndim > 2:
-        raise ValueError(f"alpha must be a scalar, a 1-d sequence or [lengths, positions] here, got shape {a.shape}")
+    length's row with ``by_length``, as in :func:`mixed_length_speedup`), and emits the kept ones plus one;
+    the result is the mean over ``sims`` batches of the most steps any row took."""
+    a = _by_length(alpha, by_length)
+    if a.ndim != (2 if by_length else 1):
+        raise ValueError(f"alpha must be a scalar or a 1-d sequence here, got shape {a.shape}")
     for name, v in (("n_tokens", n_tokens), ("batch_size", batch_size), ("sims", sims)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
@@ -292,7 +304,7 @@ def batch_steps(alpha, length_counts, n_tokens: int, batch_size: int, sims: int 
     w = counts / counts.sum()
     kmax = len(w) - 1
     rates = _positions(a, max(kmax, 1))  # [kmax], or [lengths, kmax]: a row per drafted length
-    if rates.ndim == 2:
+    if by_length:
         rates = rates[np.minimum(np.arange(kmax + 1), rates.shape[0] - 1)]  # [kmax + 1, kmax]
     rng = np.random.default_rng(seed)
     done = np.zeros((sims, batch_size))
@@ -300,7 +312,7 @@ def batch_steps(alpha, length_counts, n_tokens: int, batch_size: int, sims: int 
     while (done < n_tokens).any():
         live = done < n_tokens
         k = rng.choice(kmax + 1, size=done.shape, p=w)  # [sims, B] drafted this step
-        ok = rng.random(done.shape + (max(kmax, 1),)) < (rates if rates.ndim == 1 else rates[k])  # [sims, B, kmax]
+        ok = rng.random(done.shape + (max(kmax, 1),)) < (rates[k] if by_length else rates)  # [sims, B, kmax]
         kept = np.cumprod(ok, axis=-1)[..., :max(kmax, 1)]
         kept = (kept * (np.arange(1, max(kmax, 1) + 1) <= k[..., None])).sum(-1)
         done += live * (kept + 1)

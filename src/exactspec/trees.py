@@ -243,9 +243,12 @@ def auto_runs_tree(gen, batch_size: int, key: tuple) -> bool:
         return True
     chain_cost = gen._cost_model(batch_size).monotone()
     chain = optimal_tree(table, chain_cost, AUTO_MAX_DEPTH, max_depth=AUTO_MAX_DEPTH, max_branch=1).speedup
+    achieved = gen._tree_speedup.get(("chain", key, batch_size))  # whole chain runs of tree="auto"
     state = gen._drafting.get(key)
-    if state is not None and state.seconds > 0:
-        chain = max(chain, state.tokens / state.seconds * chain_cost.t_target(1))
+    if achieved is None and state is not None and state.seconds > 0:  # else gamma="auto"'s drafting steps
+        achieved = state.tokens / state.seconds * chain_cost.t_target(1)
+    if achieved is not None:
+        chain = max(chain, achieved)
     tree = gen._tree_speedup.get((key, batch_size))
     if tree is None:  # no tree run at this batch size yet: the program's prediction
         tree_cost = (gen._tree_calibrated.get(batch_size) or gen._cost_model(batch_size)).monotone()
@@ -254,18 +257,27 @@ def auto_runs_tree(gen, batch_size: int, key: tuple) -> bool:
     return tree >= chain * (1.0 + TREE_MARGIN)
 
 
-def learn_from_chain(gen, key: tuple, stats) -> None:
-    """After a ``tree="auto"`` run that drafted a chain: its per-depth acceptance updates rank 0 of the
-    table (each depth's rate shrunk towards the table's with ``CHAIN_WEIGHT`` pseudo-observations)."""
+def learn_from_chain(gen, key: tuple, stats, batch_size: int) -> None:
+    """After a ``tree="auto"`` run that drafted a chain: what the whole run achieved (priced from its counts,
+    as the tree runs are) and its per-depth acceptance, which updates rank 0 of the table (each depth's
+    rate shrunk towards the table's with ``CHAIN_WEIGHT`` pseudo-observations)."""
     table = gen._tree_priors.get(key)
     if table is None:
         return
+    _remember(gen, ("chain", key, batch_size), predict_tree(stats, gen._cost_model(batch_size)))
     table = [list(row) for row in table]
     for d, row in enumerate(table):
         if d < len(stats.position_drafted) and stats.position_drafted[d]:
             a, n = stats.position_accepted[d], stats.position_drafted[d]
             row[0] = (a + CHAIN_WEIGHT * row[0]) / (n + CHAIN_WEIGHT)
     gen._tree_priors[key] = table
+
+
+def _remember(gen, slot: tuple, worth: float | None) -> None:
+    """What a loop achieved, for auto_runs_tree: an average that halves the weight of older runs."""
+    if worth is not None:
+        old = gen._tree_speedup.get(slot)
+        gen._tree_speedup[slot] = worth if old is None else 0.5 * (old + worth)
 
 
 def _label(tree) -> str:
@@ -402,8 +414,5 @@ def run_tree(gen, ids, mask, max_new, spec, tree, eos, pad, prior_key=()):
             AUTO_MAX_DEPTH, prior=planner.prior)
         if gen.calibrate and stats.draft_calls:  # price later tree runs as this loop ran (between runs only)
             gen._tree_calibrated[b] = gen._base_cost(b).calibrate(stats)
-        worth = predict_tree(stats, gen._tree_calibrated.get(b) or gen._cost_model(b))
-        if worth is not None:  # what tree runs achieve, for auto_runs_tree (a mean over runs)
-            old = gen._tree_speedup.get((prior_key, b))
-            gen._tree_speedup[(prior_key, b)] = worth if old is None else 0.5 * (old + worth)
+        _remember(gen, (prior_key, b), predict_tree(stats, gen._tree_calibrated.get(b) or gen._cost_model(b)))
     return GenerationOutput(torch.cat([ids, out[:, :new_len]], 1), stats, from_draft[:, :new_len])
