@@ -266,6 +266,10 @@ def test_calibrate_after_plain_steps_does_not_price_a_probes_catch_up_as_every_c
                              plain_steps=36)  # 4 probes, each a 10 ms catch-up
     cal = bare.calibrate(probes)
     assert cal.t_draft == pytest.approx(0.001) and cal.t_draft_cold == pytest.approx(0.001)
+    # a price measured on a busy machine (40 ms a call) is above what the probes cost, catch-up included
+    # (10 ms): it cannot be right, and kept it would hold auto on plain steps for good
+    dear = CostModel(0.040, {1: 0.010, 5: 0.014}).calibrate(probes)
+    assert dear.t_draft == pytest.approx(0.010) and dear.t_draft_cold == 0.0
     fixed = GenerationStats(target_calls=4, draft_calls=4, target_positions=8, draft_time=0.040,
                             target_time=0.044, verify_time=0.001, draft_steps=4, draft_first_time=0.040)
     assert bare.calibrate(fixed).t_draft == pytest.approx(0.010)  # gamma=1, no plain steps: as it ran

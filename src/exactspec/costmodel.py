@@ -155,7 +155,7 @@ class CostModel:
         # with one call per step, as every call) it made drafting look ruinous and auto stayed on plain steps
         # (held-out T = 1: 172 plain steps where gamma=2 ran 1.2x faster than auto). So with plain steps in
         # the run, a draft call keeps the bare price when every step made only one (a first call, catch-up
-        # included), and the cold extra is capped at one call.
+        # included), or the probes' own price when that is lower, and the cold extra is capped at one call.
         catch_up = stats.plain_steps > 0
         if stats.draft_calls > stats.draft_steps > 0:
             # The first draft call of a step is the cold one: priced apart, so that the per-call price does
@@ -163,7 +163,10 @@ class CostModel:
             t_draft = (stats.draft_time - stats.draft_first_time) / (stats.draft_calls - stats.draft_steps)
             cold = max(0.0, stats.draft_first_time / stats.draft_steps - t_draft)
         elif stats.draft_calls and catch_up and stats.draft_steps:  # one call per step, probes among them
-            t_draft = self.t_draft
+            # A probe's call (catch-up included) costs at least one draft call, so when it measured
+            # cheaper than the price the run was given, that price is wrong (e.g. measured on a busy
+            # machine), and keeping it would keep auto on plain steps for good.
+            t_draft = min(self.t_draft, stats.draft_first_time / stats.draft_steps)
             cold = max(0.0, stats.draft_first_time / stats.draft_steps - t_draft)
         elif stats.draft_calls:  # one call per step: first and later calls cannot be told apart
             t_draft = stats.draft_time / stats.draft_calls
