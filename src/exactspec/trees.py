@@ -235,8 +235,9 @@ def auto_runs_tree(gen, batch_size: int, key: tuple) -> bool:
     - trees: the speedup the tree runs achieved (:func:`exactspec.prediction.predict_tree` of their counts;
       the positional model's prediction over-credits side branches);
     - the chain: the better of the dynamic program's best chain on the table (rank 0 kept current by chain
-      runs, :func:`learn_from_chain`) and what ``gamma="auto"`` achieved (its drafting steps' tokens over
-      their price, from counts), which stops early where a fixed chain cannot.
+      runs, :func:`learn_from_chain`) and what the chain achieved, which stops early where a fixed chain
+      cannot: whole chain runs of ``tree="auto"``, priced from their counts as the tree runs are, or before
+      any, ``gamma="auto"``'s drafting steps (their tokens over their price, from counts).
     A tree must win by ``TREE_MARGIN``."""
     table = gen._tree_priors.get(key)
     if table is None:
