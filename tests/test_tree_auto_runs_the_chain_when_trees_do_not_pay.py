@@ -8,7 +8,7 @@ import torch
 
 from _spec_models import left_padded, noisy_copy, target_greedy, tiny_lm
 from exactspec import CostModel, SpeculativeGenerator
-from exactspec.trees import TREE_MARGIN, auto_runs_tree
+from exactspec.treepolicy import TREE_MARGIN, auto_runs_tree
 
 PROMPTS = [[3, 1, 4, 1, 5], [9, 2, 6], [5, 3, 5, 8, 9, 7, 9, 3]]
 KW = dict(max_new_tokens=14, do_sample=False, tree="auto", eos_token_id=[])

@@ -33,7 +33,8 @@ from exactspec.plainstep import plain_step
 from exactspec.stats import GenerationStats
 from exactspec.rules import verify
 from exactspec.runargs import _check_causal_lm, run_args
-from exactspec.trees import auto_runs_tree, learn_from_chain, parse_tree, run_tree
+from exactspec.treepolicy import auto_runs_tree, learn_from_chain
+from exactspec.trees import parse_tree, run_tree
 
 __all__ = ["SpeculativeGenerator", "GenerationOutput", "StreamStep", "GenerationStream"]
 
@@ -254,7 +255,7 @@ class SpeculativeGenerator:
         stats = GenerationStats()
         prior_key = (spec.greedy, spec.temperature, spec.top_k, spec.top_p, method)
         chain_for_tree = tree == "auto" and max_new > 0 and not auto_runs_tree(self, b, prior_key)
-        if chain_for_tree:  # trees do not pay here: the gamma="auto" chain (exactspec.trees.auto_runs_tree)
+        if chain_for_tree:  # trees do not pay here: the gamma="auto" chain (exactspec.treepolicy)
             tree, gamma = None, "auto"
         if tree is not None:  # tree speculation: exactspec.trees runs the steps (TreeStepper.step / commit)
             return (yield from run_tree(self, ids, mask, max_new, spec, tree, eos, pad, prior_key))

@@ -98,7 +98,7 @@ def plan_trees(acc, costs: list[tuple[int, object]], max_nodes: int = 16) -> dic
     (:func:`exactspec.treemath.best_trees`, with the depth and branching limits of the engine's
     ``tree="auto"``), its predicted speedup; ``exactspec`` config ``tree="auto"`` (the engine re-plans the
     same program online from its own counts)."""
-    from exactspec.trees import AUTO_MAX_BRANCH, AUTO_MAX_DEPTH
+    from exactspec.treepolicy import AUTO_MAX_BRANCH, AUTO_MAX_DEPTH
     from exactspec.treemath import best_trees
 
     table = tree_acceptance(acc, min(AUTO_MAX_DEPTH, max_nodes, acc.max_gamma))

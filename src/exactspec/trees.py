@@ -14,7 +14,7 @@ One step, for the B rows still generating (:class:`TreeStepper`):
 ``tree`` (the argument of ``SpeculativeGenerator.generate``): a tuple of branching factors (a static
 tree), an int (a dynamic tree with that many nodes, EAGLE-2), or ``"auto"`` (the shape of
 :func:`exactspec.treemath.optimal_tree` for the measured acceptance per (depth, rank) and the cost model,
-re-planned as the statistics grow; a chain when trees do not pay). A chain of gamma tokens is the tree
+re-planned as the statistics grow; ``gamma="auto"``'s chain when trees do not pay: :mod:`exactspec.treepolicy`). A chain of gamma tokens is the tree
 ``(1,) * gamma`` and runs through the same code.
 """
 from __future__ import annotations
@@ -24,12 +24,12 @@ import time
 import torch
 
 from exactspec.cache import left_pack
-from exactspec.prediction import predict_tree
 from exactspec.candidates import verify_candidates
 from exactspec.treedraft import ancestors, draft_tree
-from exactspec.treemath import optimal_tree, shape_parents, tree_label
+from exactspec.treemath import shape_parents, tree_label
+from exactspec.treepolicy import learn_from_trees, planner_for
 
-__all__ = ["parse_tree", "TreeStepper", "TreePlanner", "run_tree", "auto_runs_tree", "learn_from_chain"]
+__all__ = ["parse_tree", "TreeStepper", "run_tree"]
 
 
 def _sync(device: torch.device) -> None:
@@ -37,13 +37,6 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 DYNAMIC_WIDTH, DYNAMIC_BRANCH, DYNAMIC_MAX_DEPTH = 3, 3, 6
-SIDE_PRIOR = 0.3  # acceptance of a sibling of rank >= 1 before any was measured
-AUTO_MAX_NODES, AUTO_MAX_DEPTH, AUTO_MAX_BRANCH, AUTO_REPLAN_EVERY = 16, 8, 4, 4
-# tree="auto" runs a tree only when the best tree beats the best chain by this much: the tree step's 4-D
-# masks, slot moves and rank-by-rank walk cost more per step than the chain's, and what the cost model
-# does not price (with calibrate=False nothing of the loop is priced) must not turn into a loss
-TREE_MARGIN = 0.05
-CHAIN_WEIGHT = 8.0  # pseudo-observations a chain run's rank-0 count is weighed against the table's rate
 
 
 def parse_tree(tree, has_draft: bool = True, method: str = "token"):
@@ -207,80 +200,6 @@ class TreeStepper:
         self.drafter.select_rows(rows)
 
 
-class TreePlanner:
-    """``tree="auto"``: the DP's tree for the smoothed acceptance per (depth, rank), re-planned every
-    ``AUTO_REPLAN_EVERY`` target calls. `prior [depth][rank]` rates from earlier runs, or None."""
-
-    def __init__(self, cost_fn, max_nodes: int = AUTO_MAX_NODES, prior=None):
-        self.cost_fn, self.max_nodes, self.prior = cost_fn, max_nodes, prior
-        self.plan, self.planned_at = None, -1
-
-    def next_plan(self, stats):
-        if self.plan is None or stats.target_calls - self.planned_at >= AUTO_REPLAN_EVERY:
-            acc = stats.smoothed_rank_acceptance(AUTO_MAX_DEPTH, prior=self.prior)
-            self.tree = optimal_tree(acc, self.cost_fn(stats), self.max_nodes, max_depth=AUTO_MAX_DEPTH,
-                                     max_branch=AUTO_MAX_BRANCH)
-            self.plan, self.planned_at = ("static", list(self.tree.parents)), stats.target_calls
-        return self.plan
-
-
-def auto_runs_tree(gen, batch_size: int, key: tuple) -> bool:
-    """Whether a ``tree="auto"`` run of generator `gen` drafts trees (else it runs the ``gamma="auto"``
-    chain, with its early stops and plain steps), decided before the run from counts and cost models fixed
-    before it, so that a seeded run on a fresh generator reproduces.
-
-    The first run of a sampling setting explores: it runs trees and measures acceptance per (depth, rank).
-    Later runs compare what each loop is worth, priced as it ran (the cost models calibrated on the
-    generator's tree runs and chain runs):
-    - trees: the speedup the tree runs achieved (:func:`exactspec.prediction.predict_tree` of their counts;
-      the positional model's prediction over-credits side branches);
-    - the chain: the better of the dynamic program's best chain on the table (rank 0 kept current by chain
-      runs, :func:`learn_from_chain`) and what the chain achieved, which stops early where a fixed chain
-      cannot: whole chain runs of ``tree="auto"``, priced from their counts as the tree runs are, or before
-      any, ``gamma="auto"``'s drafting steps (their tokens over their price, from counts).
-    A tree must win by ``TREE_MARGIN``."""
-    table = gen._tree_priors.get(key)
-    if table is None:
-        return True
-    chain_cost = gen._cost_model(batch_size).monotone()
-    chain = optimal_tree(table, chain_cost, AUTO_MAX_DEPTH, max_depth=AUTO_MAX_DEPTH, max_branch=1).speedup
-    achieved = gen._tree_speedup.get(("chain", key, batch_size))  # whole chain runs of tree="auto"
-    state = gen._drafting.get(key)
-    if achieved is None and state is not None and state.seconds > 0:  # else gamma="auto"'s drafting steps
-        achieved = state.tokens / state.seconds * chain_cost.t_target(1)
-    if achieved is not None:
-        chain = max(chain, achieved)
-    tree = gen._tree_speedup.get((key, batch_size))
-    if tree is None:  # no tree run at this batch size yet: the program's prediction
-        tree_cost = (gen._tree_calibrated.get(batch_size) or gen._cost_model(batch_size)).monotone()
-        tree = optimal_tree(table, tree_cost, AUTO_MAX_NODES, max_depth=AUTO_MAX_DEPTH,
-                            max_branch=AUTO_MAX_BRANCH).speedup
-    return tree >= chain * (1.0 + TREE_MARGIN)
-
-
-def learn_from_chain(gen, key: tuple, stats, batch_size: int) -> None:
-    """After a ``tree="auto"`` run that drafted a chain: what the whole run achieved (priced from its counts,
-    as the tree runs are) and its per-depth acceptance, which updates rank 0 of the table (each depth's
-    rate shrunk towards the table's with ``CHAIN_WEIGHT`` pseudo-observations)."""
-    table = gen._tree_priors.get(key)
-    if table is None:
-        return
-    _remember(gen, ("chain", key, batch_size), predict_tree(stats, gen._cost_model(batch_size)))
-    table = [list(row) for row in table]
-    for d, row in enumerate(table):
-        if d < len(stats.position_drafted) and stats.position_drafted[d]:
-            a, n = stats.position_accepted[d], stats.position_drafted[d]
-            row[0] = (a + CHAIN_WEIGHT * row[0]) / (n + CHAIN_WEIGHT)
-    gen._tree_priors[key] = table
-
-
-def _remember(gen, slot: tuple, worth: float | None) -> None:
-    """What a loop achieved, for auto_runs_tree: an average that halves the weight of older runs."""
-    if worth is not None:
-        old = gen._tree_speedup.get(slot)
-        gen._tree_speedup[slot] = worth if old is None else 0.5 * (old + worth)
-
-
 def _label(tree) -> str:
     """The tree of row 0 (all rows share a static tree's shape), without its invalid nodes (-1 tokens: a
     sampled node with fewer candidates than children, e.g. under top-p) and their descendants."""
@@ -337,21 +256,8 @@ def run_tree(gen, ids, mask, max_new, spec, tree, eos, pad, prior_key=()):
     t_start, suspended = time.perf_counter(), 0.0
     active = torch.arange(b, device=device) if max_new > 0 else torch.zeros(0, dtype=torch.long)
     drafter = copy.copy(gen.drafter)
-    planner = None
-    if tree == "auto":
-        # fixed for the run, re-priced between runs, and made monotone in k, as gamma="auto" does: a noisy
-        # table where verifying 4 tokens measured dearer than 5 otherwise steers the plan to odd depths
-        cm = (gen._tree_calibrated.get(b) or gen._cost_model(b)).monotone()
-
-        def cost(st):
-            return cm
-        prior = gen._tree_priors.get(prior_key)
-        chain = gen._drafting.get(prior_key)
-        if prior is None and chain is not None and chain.model.observations > 0:
-            # first tree run after chain runs: their acceptance for rank 0
-            prior = [[chain.model.mean(), SIDE_PRIOR]] * AUTO_MAX_DEPTH
-        planner = TreePlanner(cost, prior=prior)
-    else:
+    planner = planner_for(gen, b, prior_key) if tree == "auto" else None  # exactspec.treepolicy
+    if planner is None:
         plan = plan_of(tree)
     if max_new > 0:
         target, pending = prefill(gen.target, drafter, ids, mask)
@@ -410,10 +316,6 @@ def run_tree(gen, ids, mask, max_new, spec, tree, eos, pad, prior_key=()):
     new_len = int(n_gen.max()) if b else 0
     stats.new_tokens = int(n_gen.sum())
     stats.total_time = time.perf_counter() - t_start - suspended
-    if planner is not None and stats.tree_nodes:
-        gen._tree_priors[prior_key] = stats.smoothed_rank_acceptance(
-            AUTO_MAX_DEPTH, prior=planner.prior)
-        if gen.calibrate and stats.draft_calls:  # price later tree runs as this loop ran (between runs only)
-            gen._tree_calibrated[b] = gen._base_cost(b).calibrate(stats)
-        _remember(gen, (prior_key, b), predict_tree(stats, gen._tree_calibrated.get(b) or gen._cost_model(b)))
+    if planner is not None:
+        learn_from_trees(gen, prior_key, stats, b, planner)
     return GenerationOutput(torch.cat([ids, out[:, :new_len]], 1), stats, from_draft[:, :new_len])

@@ -73,7 +73,7 @@ def _offline(args, sizes) -> int:
     from exactspec.offline import measure_acceptance
     from exactspec.pairs import chat_prompt, is_chat
     from exactspec.plan import engine_configs, plan_offline
-    from exactspec.trees import AUTO_MAX_BRANCH  # sibling ranks to measure: tree="auto" branches at most so
+    from exactspec.treepolicy import AUTO_MAX_BRANCH  # sibling ranks to measure: tree="auto" branches at most so
 
     target_path, draft_path = _paths(args)
     if not args.prompts:
