@@ -294,8 +294,8 @@ def batch_steps(alpha, length_counts, n_tokens: int, batch_size: int, sims: int 
     ``length_counts[k] / sum``, keeps them while position i is accepted with probability alpha_i (of its
     length's row with ``by_length``, as in :func:`mixed_length_speedup`), and emits the kept ones plus one;
     the result is the mean over ``sims`` batches of the most steps any row took."""
-    a = _by_length(alpha, by_length)
-    if a.ndim != (2 if by_length else 1):
+    a = _by_length(alpha, by_length)  # (a by_length table is checked 2-d there)
+    if not by_length and a.ndim != 1:
         raise ValueError(f"alpha must be a scalar or a 1-d sequence here, got shape {a.shape}")
     for name, v in (("n_tokens", n_tokens), ("batch_size", batch_size), ("sims", sims)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:

@@ -231,11 +231,8 @@ class GenerationStats:
         self.row_steps += int(draft_lengths.numel())
         self.drafted_tokens += int(draft_lengths.sum())
         self.accepted_tokens += int(accepted.sum())
-        for length, count in enumerate(torch.bincount(draft_lengths.long().cpu()).tolist()):
-            if length >= len(self.length_counts):
-                self.length_counts.extend([0] * (length + 1 - len(self.length_counts)))
-            self.length_counts[length] += count
-        for length, acc in zip(draft_lengths.tolist(), accepted.tolist()):
+        for length, acc in zip(draft_lengths.tolist(), accepted.tolist()):  # one host copy serves both counts
+            _bump(self.length_counts, length)
             while len(self.length_accepted) <= length:
                 self.length_accepted.append([0] * (len(self.length_accepted) + 1))
             self.length_accepted[length][acc] += 1
