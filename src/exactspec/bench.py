@@ -217,8 +217,8 @@ def predicted_speedup(system: System, stats, cost_model, prefill: dict | None = 
     "n_tokens": per row}), `cost_model` then being that system's calibrated model, used as is."""
     from exactspec.prediction import predict, predict_tree
 
-    if system.tree is not None:
-        return predict_tree(stats, cost_model, prefill, system.name)
+    if system.tree is not None:  # as predict's: none for a run that drafted nothing (tree="auto" may not)
+        return predict_tree(stats, cost_model, prefill, system.name) if any(stats.position_drafted) else None
     if prefill is None:
         cm = cost_model.without_draft() if system.drafter == "prompt_lookup" else cost_model
         return predict(stats, cm)
