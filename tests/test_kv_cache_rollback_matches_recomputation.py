@@ -18,10 +18,12 @@ def _reference_logits(model, tokens: list[int]) -> torch.Tensor:
     return model(input_ids=torch.tensor([tokens])).logits[0]
 
 
-@pytest.mark.parametrize("arch,dtype,attn", [(a, torch.float64, "eager") for a in ARCHS]
-                         + [("llama", torch.float32, "sdpa")])
+@pytest.mark.parametrize("arch,dtype,attn,lean", [(a, torch.float64, "eager", False) for a in ARCHS]
+                         + [("llama", torch.float32, "sdpa", False)]
+                         + [(a, torch.float64, "sdpa", True) for a in ("llama", "qwen2")])
 @torch.inference_mode()
-def test_cache_rollback_and_compaction_match_recomputation(arch, dtype, attn):
+def test_cache_rollback_and_compaction_match_recomputation(arch, dtype, attn, lean):
+    """`lean`: the draft's own forward (exactspec.leanforward) on the same cache, as drafts run."""
     model = tiny_lm(arch, seed=3, dtype=dtype, attn=attn)
     tol = 1e-10 if dtype == torch.float64 else 1e-4
     g = torch.Generator().manual_seed(0)
@@ -34,6 +36,9 @@ def test_cache_rollback_and_compaction_match_recomputation(arch, dtype, attn):
         valid[i, width - len(p):] = True
     rows = [list(p) for p in prompts]
     sc = SlotCache(model)
+    if lean:
+        sc.use_lean()
+        assert sc.lean is not None
     logits = sc.forward(ids, valid)
     for i, p in enumerate(prompts):
         torch.testing.assert_close(logits[i, width - len(p):], _reference_logits(model, p), atol=tol, rtol=0)
@@ -72,8 +77,9 @@ def test_left_pack_moves_valid_entries_right_in_order():
 
 @torch.inference_mode()
 def test_draft_model_drafter_rolls_back_to_accepted_prefix():
-    """After update(accepted), the draft's cache + pending tokens are exactly the emitted sequence."""
-    model = tiny_lm("llama", seed=4)
+    """After update(accepted), the draft's cache + pending tokens are exactly the emitted sequence.
+    (sdpa: the draft runs its lean forward, and transformers' eager attention softmaxes in fp32.)"""
+    model = tiny_lm("llama", seed=4, attn="sdpa")
     drafter = DraftModelDrafter(model)
     ids = torch.tensor([[0, 5, 6, 7], [8, 9, 10, 11]])
     mask = torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1]])

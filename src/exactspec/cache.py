@@ -28,6 +28,59 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
 
+class GrowingLayer(DynamicLayer):
+    """A `DynamicLayer` that appends into spare capacity instead of concatenating.
+
+    `DynamicLayer.update` copies the whole cache on every append (`torch.cat`), O(L) per step: at a few
+    hundred cached tokens that is most of a narrow draft layer's time. Here `keys`/`values` are prefix
+    views of buffers with room to grow (capacity doubles when full), so an append writes only the S new
+    slots, and a crop (rollback) only shortens the views. Any other rewrite of `keys`/`values`
+    (`keep_tail`, `compact`, `batch_select_indices`) leaves tensors that are not the views handed out; the
+    next append copies them into fresh buffers once.
+    """
+
+    _view = None  # (keys, values) exactly as last handed out
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        s = key_states.shape[-2]
+        if not self._current() or self._n + s > self._kbuf.shape[2] \
+                or (self._kbuf.is_inference() and not torch.is_inference_mode_enabled()):
+            self._regrow(key_states, value_states, s)  # (in-place writes into an inference tensor are refused
+            # outside inference mode)
+        self._kbuf.narrow(2, self._n, s).copy_(key_states)
+        self._vbuf.narrow(2, self._n, s).copy_(value_states)
+        self._set(self._n + s)
+        return self.keys, self.values
+
+    def crop(self, tokens_to_remove: int) -> None:
+        if tokens_to_remove < 0 and self._current():
+            self._set(max(self._n + tokens_to_remove, 0))
+        else:
+            super().crop(tokens_to_remove)
+
+    def _current(self) -> bool:
+        return self._view is not None and self._view[0] is self.keys and self._view[1] is self.values
+
+    def _set(self, n: int) -> None:
+        self._n = n
+        self.keys, self.values = self._kbuf.narrow(2, 0, n), self._vbuf.narrow(2, 0, n)
+        self._view = (self.keys, self.values)
+
+    def _regrow(self, key_states: torch.Tensor, value_states: torch.Tensor, s: int) -> None:
+        n = self.keys.shape[2] if self.keys.dim() == 4 else 0
+        if n and self.keys.shape[:2] != key_states.shape[:2]:
+            raise ValueError(f"cache rows/heads {tuple(self.keys.shape[:2])} != new {tuple(key_states.shape[:2])}")
+        cap = max(2 * (n + s), 64)
+        self._kbuf = key_states.new_empty(*key_states.shape[:2], cap, key_states.shape[3])
+        self._vbuf = value_states.new_empty(*value_states.shape[:2], cap, value_states.shape[3])
+        if n:
+            self._kbuf.narrow(2, 0, n).copy_(self.keys)
+            self._vbuf.narrow(2, 0, n).copy_(self.values)
+        self._set(n)
+
+
 class SlotCache:
     """A causal LM plus its batch KV cache, slot mask and per-row real-token counts.
 
@@ -43,11 +96,21 @@ class SlotCache:
         if self.window is not None:  # keep every slot; the window is applied by the masks (see module doc)
             self.mixed = not all(layer.is_sliding for layer in self.cache.layers)
             self.cache = DynamicCache()
+            self.cache.layer_class_to_replicate = GrowingLayer
+        else:
+            self.cache.layers = [GrowingLayer() if type(layer) is DynamicLayer else layer for layer in self.cache.layers]
         self.device = model.device
         self.mask: torch.Tensor | None = None
+        self.lean = None  # exactspec.leanforward.LeanForward for a draft (see use_lean)
         # Ids the model cannot embed (a target whose lm-head is padded larger than the draft's) are fed
         # as 0: that only changes what the draft conditions on, never the exactness of the output.
         self.n_embed = model.get_input_embeddings().num_embeddings
+
+    def use_lean(self) -> None:
+        """Run this (draft) model through :mod:`exactspec.leanforward` when it knows the model's layout."""
+        from exactspec.leanforward import lean_forward_for
+
+        self.lean = lean_forward_for(self.model, self.window)
 
     @property
     def n_real(self) -> torch.Tensor | None:
@@ -73,6 +136,9 @@ class SlotCache:
         pos = (self.n_real[:, None] + valid.long().cumsum(1) - 1).clamp(min=0)  # [B, S]
         mask = torch.cat([self.mask, valid.long()], dim=1)  # [B, L+S]
         tokens = torch.where(tokens < self.n_embed, tokens, torch.zeros_like(tokens)).to(self.device)
+        if self.lean is not None:
+            self.mask = mask
+            return self.lean.run(tokens, pos, self._lean_mask(mask, s), self.cache, logits_to_keep)
         out = self.model(
             input_ids=tokens,
             attention_mask=self._attention_mask(mask, s) if self.window is None else self._window_masks(mask, s),
@@ -84,6 +150,16 @@ class SlotCache:
         self.cache = out.cache if getattr(out, "cache", None) is not None else self.cache
         self.mask = mask
         return out.logits
+
+    def _lean_mask(self, mask: torch.Tensor, s: int) -> torch.Tensor | None:
+        """The lean forward's `[B, 1, S, L]` bool mask (True = attend), or None when every slot is real (a
+        plain causal step). Every query also sees its own slot (see :meth:`_attention_mask`)."""
+        if bool(mask.all()):
+            return None
+        total = mask.shape[1]
+        q = torch.arange(total - s, total, device=mask.device)[:, None]  # [S, 1] slot of each query
+        kv = torch.arange(total, device=mask.device)[None, :]  # [1, L]
+        return ((mask.bool()[:, None, :] & (kv <= q)) | (kv == q))[:, None]
 
     def _attention_mask(self, mask: torch.Tensor, s: int) -> torch.Tensor:
         """The 2-D slot mask, or for eager attention an equivalent additive 4-D mask `[B, 1, S, L]`.
@@ -166,6 +242,10 @@ class SlotCache:
         else:
             mask4 = allowed[:, None]  # [B, 1, S, L+S] bool: True = attend
         tokens = torch.where((tokens >= 0) & (tokens < self.n_embed), tokens, torch.zeros_like(tokens))
+        if self.lean is not None:
+            logits = self.lean.run(tokens.to(self.device), pos.to(self.device), allowed[:, None], self.cache)
+            self.mask = torch.cat([self.mask, valid.to(self.device).long()], dim=1)
+            return logits
         out = self.model(input_ids=tokens.to(self.device), attention_mask=mask4, position_ids=pos.to(self.device),
                          cache=self.cache, use_cache=True)
         self.cache = out.cache if getattr(out, "cache", None) is not None else self.cache
