@@ -66,28 +66,28 @@ def test_measure_on_tiny_models():
     assert CostModel.from_dict(json.loads(json.dumps(cm.to_dict()))) == cm
 
 
-def test_measure_rolls_the_cache_back():
-    # After each timed call the cache is cropped by k, so repeats see the same context: the logits of
-    # the timed k-token call are the same in every repeat (checked via a wrapper that records them).
+def test_measure_rolls_the_cache_back(monkeypatch):
+    # After each timed call the slot cache is rolled back by k, so repeats see the same context: the logits
+    # of the timed k-token call are the same in every repeat (recorded by a wrapper of SlotCache.forward).
+    from exactspec.cache import SlotCache
+
     target = tiny_llama(64, 2, 2)
     seen = []
+    forward = SlotCache.forward
 
-    class Spy(torch.nn.Module):
-        def __init__(self, m):
-            super().__init__()
-            self.m, self.config = m, m.config
+    def spy(self, tokens, valid, logits_to_keep=0):
+        out = forward(self, tokens, valid, logits_to_keep)
+        if self.model is target:
+            seen.append((self.cache.get_seq_length(), out[0, -1].clone()))
+        return out
 
-        def forward(self, **kw):
-            out = self.m(**kw)
-            if kw.get("cache") is not None:
-                seen.append((kw["cache"].get_seq_length(), out.logits[0, -1].clone()))
-            return out
-
-    CostModel.measure(Spy(target), target, prompt_len=8, ks=(1, 3), repeats=2, warmup=1)
+    monkeypatch.setattr(SlotCache, "forward", spy)
+    CostModel.measure(target, tiny_llama(64, 1, 1), prompt_len=8, ks=(1, 3), repeats=2, warmup=1)
     lengths = {n for n, _ in seen}
-    assert lengths == {8 + 1, 8 + 3}  # cache length after the call: prompt + k, never growing
+    assert lengths == {8, 8 + 1, 8 + 3}  # the prefill, then prompt + k after each call: never growing
     for n in lengths:
         logits = [l for m, l in seen if m == n]
+        assert len(logits) == (1 if n == 8 else 3)
         for other in logits[1:]:
             torch.testing.assert_close(other, logits[0])
 

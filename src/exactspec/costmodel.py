@@ -232,16 +232,17 @@ class CostModel:
                 repeats: int = 7, warmup: int = 2, generator=None, seed: int = 0) -> "CostModel":
         """Time real forward passes of Hugging Face causal LMs with a KV cache (median of ``repeats``).
 
-        Both models first prefill a random prompt of ``prompt_len`` tokens; then each timed call feeds k
-        new tokens on top of that cache and the cache is cropped back (``DynamicCache.crop(-k)`` removes the
-        last k entries in transformers 5), so every repeat sees the same context length. ``t_draft`` is one
+        Both models run as the engine runs them (:class:`~exactspec.cache.SlotCache`, the draft through its
+        lean forward where it has one). Each first prefills a random prompt of ``prompt_len`` tokens; then
+        each timed call feeds k new tokens on top of that cache and rolls them back, so every repeat sees the
+        same context length. ``t_draft`` is one
         1-token step of the draft; ``target_times[k]`` one k-token step of the target. k = 1 is always
         measured. ``prompt_len`` defaults to 64, less for models whose context cannot hold 64 + max(ks).
         ``generator`` (a torch.Generator) or ``seed`` fixes the prompt tokens.
         """
         import torch
-        from transformers import DynamicCache
 
+        from exactspec.cache import SlotCache
         from exactspec.runargs import _max_positions
 
         for name, model in (("target_model", target_model), ("draft_model", draft_model)):
@@ -270,35 +271,35 @@ class CostModel:
         n_new = max(ks)
         ids = torch.randint(0, vocab, (batch_size, prompt_len + n_new), generator=generator)
 
-        def prefill(model):
-            device = next(model.parameters()).device
-            # Sliding-window models get a full cache, as exactspec's slot cache keeps (and crop needs).
-            sliding = any(getattr(layer, "is_sliding", False) for layer in DynamicCache(config=model.config).layers)
-            out = model(input_ids=ids[:, :prompt_len].to(device), use_cache=True,
-                        **({"cache": DynamicCache()} if sliding else {}))
-            return device, out.cache
+        def prefill(model, lean: bool):
+            # Through the engine's own slot cache: its growing cache layers, and for the draft its lean
+            # forward where the engine would run it (exactspec.leanforward), so t_draft is the step it takes.
+            sc = SlotCache(model)
+            if lean:
+                sc.use_lean()
+            sc.forward(ids[:, :prompt_len], torch.ones(batch_size, prompt_len, dtype=torch.bool), logits_to_keep=1)
+            return sc
 
-        def once(model, state, k: int) -> float:
-            device, cache = state
-            new = ids[:, prompt_len:prompt_len + k].to(device)
-            _sync(device)
+        def once(sc, k: int, keep: int) -> float:
+            new = ids[:, prompt_len:prompt_len + k]
+            _sync(sc.device)
             t0 = time.perf_counter()
-            model(input_ids=new, cache=cache, use_cache=True)
-            _sync(device)
+            sc.forward(new, torch.ones(batch_size, k, dtype=torch.bool), logits_to_keep=keep)
+            _sync(sc.device)
             dt = time.perf_counter() - t0
-            cache.crop(-k)  # roll back: the next call sees the prompt_len-long context again
+            sc.rollback(torch.zeros(batch_size, k, dtype=torch.bool))  # the next call sees the same context
             return dt
 
         # Round robin: every repeat times the draft and every k once, so that a burst of load on a shared
         # machine lands on all of them alike instead of inflating a few neighbouring k (a table that is
         # not monotone in k is mostly that).
         with torch.inference_mode():
-            d_state, t_state = prefill(draft_model), prefill(target_model)
+            d_state, t_state = prefill(draft_model, True), prefill(target_model, False)
             times: dict = {"draft": [], **{k: [] for k in ks}}
             for i in range(warmup + repeats):
-                once(draft_model, d_state, 1)  # t_draft is a warm draft step: its cold first call is
+                once(d_state, 1, 1)  # t_draft is a warm draft step: its cold first call is
                 # priced apart, as t_draft_cold, by calibrate()
-                row = {"draft": once(draft_model, d_state, 1), **{k: once(target_model, t_state, k) for k in ks}}
+                row = {"draft": once(d_state, 1, 1), **{k: once(t_state, k, 0) for k in ks}}
                 if i >= warmup:
                     for key, dt in row.items():
                         times[key].append(dt)
