@@ -102,8 +102,34 @@ def test_the_next_draft_call_is_made_only_when_it_is_expected_to_pay():
     s = out.stats  # a twin draft is always accepted: no call is wasted, each drafted token had its call
     assert s.draft_calls == s.drafted_tokens
     # while it learns that the twin is always right, it stops short of the cap of 8 (the last step's cap is
-    # the 4 tokens left): each such step is one early stop, counted where more() made it
-    assert s.gamma_history == [2, 4, 7, 8, 4] and s.early_stops == 3
+    # the 5 tokens left, less the bonus one): each such step is one early stop, counted where more() made it
+    assert s.gamma_history == [2, 4, 6, 8, 5] and s.early_stops == 3
+
+
+def test_positions_after_an_accepted_one_are_priced_at_the_continuation_rate():
+    """Acceptance comes in streaks: the policy prices a position reached after an accepted one at the rate
+    such positions were accepted (continuation), not at the rate pooled over first positions too."""
+    from types import SimpleNamespace
+
+    m = AcceptanceModel()
+    assert m.continuation() == m.pooled  # nothing seen yet: the prior
+    for _ in range(100):  # position 1 accepted, position 2 (after it) accepted, position 3 rejected
+        m.observe([0.5, 0.5, 0.5], [True, True, False], [False, True, True])
+    assert m.pooled == pytest.approx(2 / 3, abs=0.01) and m.continuation() == pytest.approx(0.5, abs=0.01)
+    # the policy feeds it: a draft of 3 where row 0 accepted 2 (positions 2, 3 came after accepted ones) and
+    # row 1 accepted 0 (only position 1 was reached)
+    policy = AdaptivePolicy(CostModel(t_draft=0.001, target_times=FLAT), 8, DraftingState(AcceptanceModel()))
+    draft = SimpleNamespace(tokens=torch.zeros(2, 3, dtype=torch.long), lengths=torch.tensor([3, 3]),
+                            confidence=torch.full((2, 3), 0.9))
+    policy.observe(draft, torch.tensor([2, 0]))
+    assert policy.model.later_n == pytest.approx(2) and policy.model.later_a == pytest.approx(1)
+    # best_length: E(K) = 1 + a1 + a1 l + .. + a1 l^(K-1), the best E(K) / step(K) by enumeration
+    cost = CostModel(t_draft=0.002, target_times={1: 0.010, 3: 0.011, 9: 0.016})
+    policy = AdaptivePolicy(cost, 8)
+    for a1, later in ((0.5, 0.9), (0.9, 0.5), (0.3, 0.3), (0.05, 0.99)):
+        rates = [sum([1.0] + [a1 * later ** j for j in range(k)]) / policy.step_time(k) for k in range(9)]
+        k, rate = policy.best_length(a1, later)
+        assert rate == pytest.approx(max(rates), rel=1e-12) and rates[k] == pytest.approx(max(rates), rel=1e-12)
 
 
 def test_random_weight_draft_spends_most_steps_plain_and_a_copy_drafts_long():
