@@ -12,8 +12,8 @@ For each exactspec system the speedup *predicted* from a `CostModel` and the run
 acceptance (:func:`exactspec.prediction.predict`, the one prediction path) is put next to the measured one,
 twice:
 
-- ``predicted_speedup``: the cost model calibrated on one untimed run of the loop before the timed runs
-  (`CostModel.calibrate`: a draft step as it costs inside the loop, and the loop's per-step overhead);
+- ``predicted_speedup``: the cost model calibrated on two untimed passes of the loop, one before the timed
+  runs and one after (`CostModel.calibrate`: a draft step as it costs inside the loop, and the loop's per-step overhead);
 - ``predicted_speedup_forwards``: bare forward passes only (`CostModel.measure`), as the paper's analysis
   prices a step. The gap between the two is what our loop adds to the forward passes.
 """
@@ -251,7 +251,7 @@ def run_bench(target, draft, tokenizer, cfg: BenchConfig, progress=None) -> dict
     eos = set([eos] if isinstance(eos, int) else eos or []) | ({tokenizer.eos_token_id} - {None})
     for system in systems.values():  # warm-up: first calls pay for allocation and lazy initialisation
         system.run(*batches[0], cfg.seed)
-    loop_costs, prefill = _calibrated(target, systems, batches, cfg, cost_model)
+    passes = [_calibration_pass(target, systems, batches, cfg, cfg.seed - 1)]
     for r in range(cfg.repeats):
         totals = {name: [0.0, 0] for name in systems}
         for b, (ids, mask) in enumerate(batches):
@@ -276,6 +276,8 @@ def run_bench(target, draft, tokenizer, cfg: BenchConfig, progress=None) -> dict
         for name, (t, n) in totals.items():
             results[name].times.append(t)
             results[name].tokens.append(n)
+    passes.append(_calibration_pass(target, systems, batches, cfg, cfg.seed - 1 - len(batches)))
+    loop_costs, prefill = _calibrated(passes, systems, cfg, cost_model)
     report = _report(results, systems, cfg, cost_model, loop_costs, prefill)
     for row in report["rows"]:
         row["greedy_equals_target_generate"] = None if equal is None else equal[row["system"]]
@@ -298,10 +300,9 @@ def _greedy_prefix_equal(new: torch.Tensor, reference: torch.Tensor, eos: set,
     return ok, n
 
 
-def _calibrated(target, systems: dict, batches, cfg: BenchConfig, cost_model) -> tuple[dict, dict]:
-    """Per exactspec system, the cost model re-priced on that system's own untimed pass over every prompt
-    batch (seeds apart from the timed runs'), and the prefill seconds per call of plain decoding and of
-    that system.
+def _calibration_pass(target, systems: dict, batches, cfg: BenchConfig, seed: int) -> dict:
+    """One untimed pass over every prompt batch for the loop-calibrated predictions: per exactspec system its
+    run statistics, and the seconds of our target-alone loop (whole calls, and their prefills).
 
     The pass interleaves, batch by batch, every exactspec system (its statistics price its draft step and
     its per-step overhead inside the loop: block verification costs more than the token rule, prompt
@@ -309,27 +310,41 @@ def _calibrated(target, systems: dict, batches, cfg: BenchConfig, cost_model) ->
     machine that speeds up or slows down shifts both sides alike, as in the timed runs.
     """
     names = [k for k, s in systems.items() if s.kind == "exactspec"]
+    out = {"stats": {k: [] for k in names}, "plain": 0.0, "plain_prefill": 0.0, "calls": 0}
     if not names:
-        return {}, {}
-    stats: dict[str, list] = {k: [] for k in names}
-    plain_s, plain_prefill, n = 0.0, 0.0, cfg.max_new_tokens
+        return out
     for b, (ids, mask) in enumerate(batches):
         for name in names:
-            stats[name].append(systems[name].run(ids, mask, cfg.seed - 1 - b)[1])
+            out["stats"][name].append(systems[name].run(ids, mask, seed - b)[1])
         timings: dict = {}
         t0 = time.perf_counter()
-        target_alone_loop(target, ids, mask, max_new_tokens=n, temperature=cfg.temperature, top_p=cfg.top_p,
-                          seed=cfg.seed - 1 - b, timings=timings)
-        plain_s += time.perf_counter() - t0
-        plain_prefill += timings["prefill"]
+        target_alone_loop(target, ids, mask, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
+                          top_p=cfg.top_p, seed=seed - b, timings=timings)
+        out["plain"] += time.perf_counter() - t0
+        out["plain_prefill"] += timings["prefill"]
+        out["calls"] += 1
+    return out
+
+
+def _calibrated(passes: list[dict], systems: dict, cfg: BenchConfig, cost_model) -> tuple[dict, dict]:
+    """Per exactspec system, the cost model re-priced on that system's untimed `passes` together
+    (:func:`_calibration_pass`; the bench makes one before the timed runs and one after, so that a machine
+    whose speed drifts during the bench is priced at its middle, and one pass's noise counts half), and
+    the prefill seconds per call of plain decoding and of that system."""
+    names = list(passes[0]["stats"])
+    if not names:
+        return {}, {}
+    n, calls = cfg.max_new_tokens, sum(p["calls"] for p in passes)
+    plain_s, plain_prefill = sum(p["plain"] for p in passes), sum(p["plain_prefill"] for p in passes)
     # One decoding step of plain decoding (the batch's step when batch_size > 1); the prefill gives the
     # first token, so a call of n tokens takes n - 1 steps.
-    plain_time = (plain_s - plain_prefill) / (len(batches) * (n - 1)) if n > 1 else None
-    costs, prefill = {}, {"plain": plain_prefill / len(batches), "n_tokens": n}
+    plain_time = (plain_s - plain_prefill) / (calls * (n - 1)) if n > 1 else None
+    costs, prefill = {}, {"plain": plain_prefill / calls, "n_tokens": n}
     for name in names:
+        stats = [st for p in passes for st in p["stats"][name]]
         base = cost_model.without_draft() if systems[name].drafter == "prompt_lookup" else cost_model
-        costs[name] = base.calibrate(stats[name], plain_time=plain_time)
-        prefill[name] = sum(s.prefill_time for s in stats[name]) / len(stats[name])
+        costs[name] = base.calibrate(stats, plain_time=plain_time)
+        prefill[name] = sum(s.prefill_time for s in stats) / len(stats)
     return costs, prefill
 
 

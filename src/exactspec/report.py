@@ -38,7 +38,7 @@ def bench_markdown(report: dict) -> str:
         gamma_n = gamma if isinstance(gamma, int) else 4  # the fixed-γ systems' γ (the bench's default)
         lines += ["", "Time per target call inside the loop (ms): draft / target / verification + bookkeeping. "
                   f"Bare forwards price a step at γ·t_draft + T_target(γ+1) = {_priced_step(cm, gamma_n)}; "
-                  "each system calibrated on its own untimed run of the loop prices it at "
+                  "each system calibrated on its own untimed passes of the loop prices it at "
                   "γ·t_draft + t_draft_cold + T_target(γ+1) + t_overhead (the first draft call of a step is the "
                   "cold one; T_target shifted to our plain loop's step):", ""]
         cal = report.get("calibrated_cost_models", {})
@@ -60,8 +60,8 @@ def bench_markdown(report: dict) -> str:
                                  "can flip an argmax; see the JSON).")]
     for note in report.get("notes", []):
         lines += ["", f"Note: {note}."]
-    lines += ["", "Predicted × (loop-calibrated): per-position acceptance measured here, priced by an untimed "
-              "calibration pass that interleaves the speculative loop (draft step, per-step overhead) with our "
+    lines += ["", "Predicted × (loop-calibrated): per-position acceptance measured here, priced by two untimed "
+              "calibration passes (before and after the timed runs) that interleave the speculative loop (draft step, per-step overhead) with our "
               "target-alone loop (plain decoding step), end to end with both prefills, so compare it with the "
               "'× target (our loop)' column. Predicted × (forwards only): the paper's per-step analysis with bare "
               "forward passes (CostModel.measure), no loop overhead, no prefill."]
