@@ -1,0 +1,90 @@
+"""What the draft's lean forward buys, end to end: the same generation with the draft run through
+transformers' forward (EXACTSPEC_LEAN_DRAFT=0) and through exactspec.leanforward, against target-alone
+`generate`, interleaved, medians over repeats. Greedy outputs must all equal the target's.
+
+    python benchmarks/bench_lean_draft.py [--pair stdlib|smollm2] [--prompts FILE] [--gammas 2,4,auto]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+
+import torch
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--pair", default="stdlib")
+    ap.add_argument("--prompts", default=None, help="a prompt file (default: the pair's held-out prompts)")
+    ap.add_argument("--num-prompts", type=int, default=6)
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--gammas", default="2,4,auto")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out", default=None, help="write the result as JSON here")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    from transformers.utils import logging as hf_logging
+
+    import exactspec as es
+    from exactspec.pairs import chat_prompt, is_chat, pair_prompts
+    from exactspec.bench import load_prompts
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    target, draft, tok = es.load_pair(args.pair)
+    if args.prompts:
+        prompts = load_prompts(args.prompts)
+    else:
+        prompts = pair_prompts(args.pair)
+    prompts = prompts[: args.num_prompts]
+    if is_chat(args.pair):
+        prompts = [chat_prompt(tok, p) for p in prompts]
+    inputs = [tok(p, return_tensors="pt").input_ids for p in prompts]
+    gen = es.SpeculativeGenerator(target, draft)
+    gammas = [g if g == "auto" else int(g) for g in args.gammas.split(",")]
+
+    def run(system):
+        outs, t0 = [], time.perf_counter()
+        for ids in inputs:
+            if system == "target":
+                seq = target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=args.max_new_tokens,
+                                      min_new_tokens=args.max_new_tokens, do_sample=False,
+                                      pad_token_id=0, eos_token_id=None)
+            else:
+                os.environ["EXACTSPEC_LEAN_DRAFT"] = "1" if system[0] == "lean" else "0"
+                seq = gen.generate(ids, max_new_tokens=args.max_new_tokens, gamma=system[1],
+                                   do_sample=False, eos_token_id=None).sequences
+            outs.append(seq[0, ids.shape[1]:].tolist())
+        return time.perf_counter() - t0, outs
+
+    systems = ["target"] + [(kind, g) for g in gammas for kind in ("transformers", "lean")]
+    times = {str(s): [] for s in systems}
+    ref = run("target")[1]  # warm-up, and the reference output
+    for s in systems[1:]:
+        run(s)  # warm-up (and gamma="auto"'s first run, which learns)
+    for _ in range(args.repeats):
+        for s in systems:
+            dt, outs = run(s)
+            if outs != ref:
+                raise SystemExit(f"{s}: greedy output differs from target-alone generate")
+            times[str(s)].append(dt)
+    base = statistics.median(times["target"])
+    result = {"pair": args.pair, "prompts": args.prompts or "held-out", "n_prompts": len(inputs),
+              "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "threads": args.threads,
+              "median_seconds": {k: statistics.median(v) for k, v in times.items()},
+              "speedup_vs_target": {k: base / statistics.median(v) for k, v in times.items()}}
+    for g in gammas:
+        result.setdefault("lean_over_transformers", {})[str(g)] = (
+            statistics.median(times[str(("transformers", g))]) / statistics.median(times[str(("lean", g))]))
+    print(json.dumps(result, indent=1))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
