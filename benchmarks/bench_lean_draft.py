@@ -44,7 +44,7 @@ def main() -> None:
     if is_chat(args.pair):
         prompts = [chat_prompt(tok, p) for p in prompts]
     inputs = [tok(p, return_tensors="pt").input_ids for p in prompts]
-    gen = es.SpeculativeGenerator(target, draft)
+    gens: dict = {}  # a generator per system: gamma="auto" learns costs and acceptance per generator
     gammas = [g if g == "auto" else int(g) for g in args.gammas.split(",")]
 
     def run(system):
@@ -56,6 +56,7 @@ def main() -> None:
                                       pad_token_id=0, eos_token_id=None)
             else:
                 os.environ["EXACTSPEC_LEAN_DRAFT"] = "1" if system[0] == "lean" else "0"
+                gen = gens.setdefault(system, es.SpeculativeGenerator(target, draft))
                 seq = gen.generate(ids, max_new_tokens=args.max_new_tokens, gamma=system[1],
                                    do_sample=False, eos_token_id=[]).sequences
             outs.append(seq[0, ids.shape[1]:].tolist())

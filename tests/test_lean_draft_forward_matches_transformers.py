@@ -3,8 +3,9 @@ growing cache layer holds what transformers' DynamicLayer holds.
 
 A draft's numbers never decide exactness (verification corrects any q the tokens were drawn from), but they
 decide acceptance, so the lean forward must be the same function: logits equal to transformers' to float64
-rounding on tiny Llama and Qwen2 models (grouped-query attention; Qwen2's q/k/v biases), for chain steps,
-left padding, holes and token trees; a weight edited in place is seen; models it does not know, and
+rounding on tiny Llama and Qwen2 models (grouped-query attention with and without sdpa's enable_gqa; random
+q/k/v biases, and Llama's attention_bias with an o bias and its own head_dim), for chain steps, left
+padding, holes and token trees; weights edited between runs are seen; models it does not know, and
 EXACTSPEC_LEAN_DRAFT=0, take transformers' forward.
 """
 from __future__ import annotations
@@ -26,10 +27,38 @@ def _pair(model):
     return hf, lean
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def _biased_llama(seed: int = 7):
+    """A tiny Llama with attention_bias (q, k, v and o biases) and a head_dim apart from hidden / heads."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=16, attention_bias=True,
+                      max_position_embeddings=128, initializer_range=0.5, attn_implementation="sdpa",
+                      pad_token_id=0, bos_token_id=None, eos_token_id=None)
+    return LlamaForCausalLM(cfg).to(torch.float64).eval()
+
+
+def _random_biases(model, seed: int = 0):
+    """transformers initialises biases to zero, where a bias dropped or misplaced would go unseen."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(".bias"):
+                p.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype))
+    return model
+
+
+@pytest.mark.parametrize("arch,gqa", [("llama", True), ("qwen2", True), ("biased llama", True),
+                                      ("llama", False)])
 @torch.inference_mode()
-def test_lean_forward_equals_transformers_through_padding_holes_and_trees(arch):
-    model = tiny_lm(arch, seed=5, attn="sdpa")
+def test_lean_forward_equals_transformers_through_padding_holes_and_trees(arch, gqa, monkeypatch):
+    """`gqa=False`: sdpa without enable_gqa (torch < 2.5), the KV heads repeated instead."""
+    import exactspec.leanforward
+
+    monkeypatch.setattr(exactspec.leanforward, "_GQA", gqa)
+    model = _biased_llama() if arch == "biased llama" else tiny_lm(arch, seed=5, attn="sdpa")
+    _random_biases(model)
     hf, lean = _pair(model)
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(1, 60, (3, 6), generator=g)
@@ -64,18 +93,27 @@ def test_lean_forward_equals_transformers_through_padding_holes_and_trees(arch):
                                atol=1e-10, rtol=0)
 
 
-@torch.inference_mode()
-def test_lean_forward_sees_weights_edited_in_place():
+def test_lean_forward_sees_weights_edited_between_runs():
     model = tiny_lm("llama", seed=6, attn="sdpa")
     ids = torch.tensor([[3, 4, 5, 6]])
     ok = torch.ones_like(ids, dtype=torch.bool)
-    _, lean = _pair(model)
-    lean.forward(ids, ok)  # fuses the weights once
-    with torch.no_grad():
+    with torch.inference_mode():
+        _, lean = _pair(model)
+        before = lean.forward(ids, ok)
+    with torch.no_grad():  # in place, through .data (no version bump), and a Parameter replaced outright
         model.model.layers[0].self_attn.k_proj.weight.mul_(1.5)
-        model.model.layers[1].mlp.up_proj.weight.add_(0.1)
-    hf, lean = _pair(model)
-    torch.testing.assert_close(lean.forward(ids, ok), hf.forward(ids, ok), atol=1e-10, rtol=0)
+        model.model.layers[1].mlp.up_proj.weight.data.add_(0.1)
+        layer = model.model.layers[1].self_attn.q_proj
+        layer.weight = torch.nn.Parameter(layer.weight * 0.5)
+    with torch.inference_mode():
+        hf, lean = _pair(model)
+        after = lean.forward(ids, ok)
+        torch.testing.assert_close(after, hf.forward(ids, ok), atol=1e-10, rtol=0)
+    assert not torch.allclose(after, before)
+    # the fused copies are ordinary tensors: a later run with autograd on can use the model
+    model.model.layers[0].self_attn.k_proj.weight.requires_grad_(True)
+    _, lean = _pair(model)
+    lean.forward(ids, ok).sum().backward()
 
 
 def test_models_the_lean_forward_does_not_know_take_transformers(monkeypatch):
@@ -83,6 +121,17 @@ def test_models_the_lean_forward_does_not_know_take_transformers(monkeypatch):
     llama = tiny_lm("llama")
     assert lean_forward_for(llama, None) is not None
     assert lean_forward_for(llama, 16) is None  # sliding windows: the slot cache's own masks
+
+    class Quantised(torch.nn.Linear):  # a projection with its own forward (bitsandbytes, GPTQ, LoRA ...)
+        pass
+
+    odd = tiny_lm("llama")
+    old = odd.model.layers[1].mlp.down_proj
+    odd.model.layers[1].mlp.down_proj = Quantised(old.in_features, old.out_features, bias=False)
+    assert lean_forward_for(odd, None) is None
+    hooked = tiny_lm("llama")
+    hooked.model.layers[0]._hf_hook = object()  # accelerate's device maps and offloading
+    assert lean_forward_for(hooked, None) is None
     monkeypatch.setenv("EXACTSPEC_LEAN_DRAFT", "0")
     assert lean_forward_for(llama, None) is None
 

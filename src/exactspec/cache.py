@@ -33,7 +33,7 @@ class GrowingLayer(DynamicLayer):
 
     `DynamicLayer.update` copies the whole cache on every append (`torch.cat`), O(L) per step: at a few
     hundred cached tokens that is most of a narrow draft layer's time. Here `keys`/`values` are prefix
-    views of buffers with room to grow (capacity doubles when full), so an append writes only the S new
+    views of buffers with room to grow (a quarter more when full), so an append writes only the S new
     slots, and a crop (rollback) only shortens the views. Any other rewrite of `keys`/`values`
     (`keep_tail`, `compact`, `batch_select_indices`) leaves tensors that are not the views handed out; the
     next append copies them into fresh buffers once.
@@ -45,7 +45,7 @@ class GrowingLayer(DynamicLayer):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         s = key_states.shape[-2]
-        if not self._current() or self._n + s > self._kbuf.shape[2] \
+        if not self._current() or self._n + s > self._kbuf.shape[2] or key_states.shape[:2] != self._kbuf.shape[:2] \
                 or (self._kbuf.is_inference() and not torch.is_inference_mode_enabled()):
             self._regrow(key_states, value_states, s)  # (in-place writes into an inference tensor are refused
             # outside inference mode)
@@ -72,7 +72,8 @@ class GrowingLayer(DynamicLayer):
         n = self.keys.shape[2] if self.keys.dim() == 4 else 0
         if n and self.keys.shape[:2] != key_states.shape[:2]:
             raise ValueError(f"cache rows/heads {tuple(self.keys.shape[:2])} != new {tuple(key_states.shape[:2])}")
-        cap = max(2 * (n + s), 64)
+        # Room for a few steps more, growing by a quarter: a long prompt's cache is not held twice over.
+        cap = n + s + max(64, (n + s) // 4)
         self._kbuf = key_states.new_empty(*key_states.shape[:2], cap, key_states.shape[3])
         self._vbuf = value_states.new_empty(*value_states.shape[:2], cap, value_states.shape[3])
         if n:

@@ -12,13 +12,14 @@ It agrees with transformers' forward to float rounding (tests compare the two), 
 What it does not do: it is used for drafts only, never for the target (the target's own forward defines
 p; a different rounding could flip a greedy near-tie against `target.generate`), and only for models it
 knows exactly: `LlamaForCausalLM` and `Qwen2ForCausalLM` without sliding windows, SiLU MLPs, no tensor
-parallel split. Everything else (and ``EXACTSPEC_LEAN_DRAFT=0``) takes transformers' forward.
-It reads the modules' weights at call time, so a draft trained or edited in place is seen as it is.
+parallel split, plain `nn.Linear` projections on one device (not quantised, no adapters, no accelerate
+hooks). Everything else (and ``EXACTSPEC_LEAN_DRAFT=0``) takes transformers' forward.
+Its fused q/k/v and gate/up weights are copied once per generation run, so a draft trained or edited
+between runs is seen as it is.
 """
 from __future__ import annotations
 
 import os
-import weakref
 
 import torch
 import torch.nn.functional as F
@@ -39,7 +40,20 @@ def lean_forward_for(model, window) -> "LeanForward | None":
         return None
     if getattr(cfg, "hidden_act", None) != "silu" or getattr(cfg, "pretraining_tp", 1) != 1 \
             or getattr(cfg, "mlp_bias", False) or getattr(cfg, "use_sliding_window", False) \
-            or getattr(cfg, "_attn_implementation", "sdpa") not in ("sdpa", "eager"):
+            or getattr(cfg, "_attn_implementation", "sdpa") not in ("sdpa", "eager") \
+            or getattr(model, "_hf_peft_config_loaded", False):  # adapters live in wrapped modules
+        return None
+    layers = model.model.layers[: cfg.num_hidden_layers]
+    linears = [m for layer in layers for m in (layer.self_attn.q_proj, layer.self_attn.k_proj,
+               layer.self_attn.v_proj, layer.self_attn.o_proj, layer.mlp.gate_proj, layer.mlp.up_proj,
+               layer.mlp.down_proj)]
+    # Plain Linear layers on one device, no accelerate hooks (offloading, device maps): a quantised or
+    # adapted projection, or one moved by a hook, is only right through its own forward.
+    if any(type(m) is not torch.nn.Linear for m in linears) or any(hasattr(m, "_hf_hook") for m in model.modules()):
+        return None
+    params = [p for m in linears for p in m.parameters()]
+    if len({(p.device, p.dtype) for p in params}) != 1 or params[0].device.type == "meta" \
+            or not params[0].dtype.is_floating_point:
         return None
     return LeanForward(model)
 
@@ -47,8 +61,9 @@ def lean_forward_for(model, window) -> "LeanForward | None":
 class LeanForward:
     """`run(tokens, pos, attend, cache, logits_to_keep)` for one Llama-family causal LM.
 
-    Per layer it multiplies once for q, k and v together and once for gate and up together: the fused
-    weights are copies, made once per model and remade when a source weight changes (its tensor version)."""
+    Per layer it multiplies once for q, k and v together and once for gate and up together. The fused
+    weights are copies made when the LeanForward is made (once per generation run: a draft trained or
+    edited between runs is seen as it is); every other weight is read from its module at call time."""
 
     def __init__(self, model):
         self.model = model
@@ -56,80 +71,65 @@ class LeanForward:
         self.heads, self.kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.scale = self.head_dim ** -0.5
-        self.layers = _fused(model)
+        with torch.inference_mode(False), torch.no_grad():  # ordinary tensors whatever mode the caller runs in
+            self.layers = [_Layer(layer) for layer in model.model.layers[: cfg.num_hidden_layers]]
 
     def run(self, tokens: torch.Tensor, pos: torch.Tensor, attend: torch.Tensor | None, cache,
             logits_to_keep: int = 0) -> torch.Tensor:
         """`tokens [B, S]`, `pos [B, S]` position ids, `attend [B, 1, S, L+S]` bool (True = may attend; None =
-        every cached slot and every earlier new one, a plain causal step); appends S slots to the
-        `DynamicCache` `cache`. Returns logits `[B, S or logits_to_keep, V]`."""
+        every cached slot and every earlier new one: a causal step over real slots only); appends S slots
+        to the `DynamicCache` `cache`. Returns logits `[B, S or logits_to_keep, V]`."""
         inner = self.model.model
         b, s = tokens.shape
         h = inner.embed_tokens(tokens)  # [B, S, D]
         cos, sin = inner.rotary_emb(h, pos)  # [B, S, Dh]
         cos, sin = cos[:, None], sin[:, None]  # [B, 1, S, Dh]
-        if attend is None and s > 1:  # causal among the new slots, all cached slots visible
+        causal = False
+        if attend is None and s > 1:
             n = cache.get_seq_length()
-            attend = torch.ones(s, n + s, dtype=torch.bool, device=h.device).tril(n)[None, None]
+            if n == 0:  # a prefill: sdpa's own causal mask (top-left aligned, right when nothing is cached)
+                causal = True
+            else:  # causal among the new slots, every cached slot visible
+                attend = torch.ones(s, n + s, dtype=torch.bool, device=h.device).tril(n)[None, None]
         nq, nkv = self.heads * self.head_dim, self.kv_heads * self.head_dim
-        extra = {"enable_gqa": True} if self.kv_heads != self.heads and _GQA else {}
+        # Grouped-query attention in sdpa itself, except with a mask on an accelerator, where only the slow
+        # math kernel takes that combination: there the KV heads are repeated instead.
+        gqa = self.kv_heads != self.heads
+        native = gqa and _GQA and (attend is None or h.device.type == "cpu")
+        extra = {"enable_gqa": True} if native else {}
         for i, w in enumerate(self.layers):
             qkv = F.linear(_rms(h, w.norm1, w.eps1), w.qkv, w.qkv_bias)  # [B, S, (H + 2 KV) Dh]
             qk = _rope(qkv[..., : nq + nkv].view(b, s, -1, self.head_dim).transpose(1, 2), cos, sin)
             q, k = qk[:, : self.heads], qk[:, self.heads:]  # [B, H, S, Dh], [B, KV, S, Dh]
             v = qkv[..., nq + nkv:].view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
             keys, values = cache.layers[i].update(k, v)  # [B, KV, L+S, Dh]
-            if self.kv_heads != self.heads and not _GQA:
+            if gqa and not native:
                 rep = self.heads // self.kv_heads
                 keys, values = keys.repeat_interleave(rep, 1), values.repeat_interleave(rep, 1)
-            o = F.scaled_dot_product_attention(q, keys, values, attn_mask=attend, scale=self.scale, **extra)
-            h = h + F.linear(o.transpose(1, 2).reshape(b, s, nq), w.o)
+            o = F.scaled_dot_product_attention(q, keys, values, attn_mask=attend, is_causal=causal,
+                                               scale=self.scale, **extra)
+            h = h + F.linear(o.transpose(1, 2).reshape(b, s, nq), w.o.weight, w.o.bias)
             gate, up = F.linear(_rms(h, w.norm2, w.eps2), w.gate_up).chunk(2, -1)
-            h = h + F.linear(F.silu(gate) * up, w.down)
+            h = h + F.linear(F.silu(gate) * up, w.down.weight)
         if logits_to_keep:
             h = h[:, -logits_to_keep:]
         return self.model.lm_head(inner.norm(h))
 
 
 class _Layer:
-    """One decoder layer's weights as the lean forward reads them."""
+    """One decoder layer's weights as the lean forward reads them: q/k/v and gate/up fused (copies), the
+    rest the layer's own modules."""
 
     def __init__(self, layer):
         a, mlp = layer.self_attn, layer.mlp
-        self.sources = [a.q_proj.weight, a.k_proj.weight, a.v_proj.weight, mlp.gate_proj.weight, mlp.up_proj.weight]
-        self.sources += [x.bias for x in (a.q_proj, a.k_proj, a.v_proj) if x.bias is not None]
-        self.qkv = torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]).detach()
-        biases = [x.bias for x in (a.q_proj, a.k_proj, a.v_proj)]
-        self.qkv_bias = None if all(x is None for x in biases) else torch.cat(
-            [x if x is not None else torch.zeros(p.weight.shape[0], dtype=p.weight.dtype, device=p.weight.device)
-             for x, p in zip(biases, (a.q_proj, a.k_proj, a.v_proj))]).detach()
-        self.gate_up = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]).detach()
-        self.o, self.down = a.o_proj.weight, mlp.down_proj.weight  # read live, not copied
+        projections = (a.q_proj, a.k_proj, a.v_proj)
+        self.qkv = torch.cat([x.weight for x in projections])
+        self.qkv_bias = None if all(x.bias is None for x in projections) else torch.cat(
+            [x.bias if x.bias is not None else x.weight.new_zeros(x.weight.shape[0]) for x in projections])
+        self.gate_up = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])
+        self.o, self.down = a.o_proj, mlp.down_proj  # Llama's attention_bias puts a bias on o_proj too
         self.norm1, self.eps1 = layer.input_layernorm.weight, _eps(layer.input_layernorm)
         self.norm2, self.eps2 = layer.post_attention_layernorm.weight, _eps(layer.post_attention_layernorm)
-        self.stamp = _stamp(self.sources)
-
-
-_FUSED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-
-def _fused(model) -> list[_Layer]:
-    """The model's fused layers, remade when any weight they copy was changed (or replaced) since."""
-    layers = _FUSED.get(model)
-    if layers is None or len(layers) != len(model.model.layers) or any(
-            w.stamp is None or w.stamp != _stamp(w.sources) for w in layers):
-        with torch.no_grad():
-            layers = [_Layer(layer) for layer in model.model.layers]
-        _FUSED[model] = layers
-    return layers
-
-
-def _stamp(tensors) -> tuple | None:
-    """Where each tensor lives and how often it was written; None when one is an inference tensor (made
-    under torch.inference_mode), which keeps no write count: such a model is fused again on every run."""
-    if any(t.is_inference() for t in tensors):
-        return None
-    return tuple((t.data_ptr(), t._version) for t in tensors)
 
 
 def _eps(norm) -> float:
