@@ -13,7 +13,8 @@ acceptance (:func:`exactspec.prediction.predict`, the one prediction path) is pu
 twice:
 
 - ``predicted_speedup``: the cost model calibrated on two untimed passes of the loop, one before the timed
-  runs and one after (`CostModel.calibrate`: a draft step as it costs inside the loop, and the loop's per-step overhead);
+  runs and one after (`CostModel.calibrate`: a draft step as it costs inside the loop, and the loop's
+  per-step overhead);
 - ``predicted_speedup_forwards``: bare forward passes only (`CostModel.measure`), as the paper's analysis
   prices a step. The gap between the two is what our loop adds to the forward passes.
 """

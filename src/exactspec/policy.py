@@ -136,8 +136,9 @@ class AcceptanceModel:
         d = self.decay
         self.n, self.a, self.seen = [v * d for v in self.n], [v * d for v in self.a], [v * d for v in self.seen]
         self.later_n, self.later_a = self.later_n * d, self.later_a * d
-        later = [False] * len(_floats(accepted)) if later is None else later
-        for b, ok, lat in zip(self.bins(confidence), _floats(accepted), later):
+        accepted = _floats(accepted)
+        later = [False] * len(accepted) if later is None else later
+        for b, ok, lat in zip(self.bins(confidence), accepted, later):
             self.n[b] += 1.0
             self.a[b] += float(ok)
             if lat:
