@@ -12,9 +12,9 @@ For each exactspec system the speedup *predicted* from a `CostModel` and the run
 acceptance (:func:`exactspec.prediction.predict`, the one prediction path) is put next to the measured one,
 twice:
 
-- ``predicted_speedup``: the cost model calibrated on two untimed passes of the loop, one before the timed
-  runs and one after (`CostModel.calibrate`: a draft step as it costs inside the loop, and the loop's
-  per-step overhead);
+- ``predicted_speedup``: the cost model calibrated on untimed passes of the loop, one before each timed
+  repeat (`CostModel.calibrate`: a draft step as it costs inside the loop, and the loop's per-step
+  overhead);
 - ``predicted_speedup_forwards``: bare forward passes only (`CostModel.measure`), as the paper's analysis
   prices a step. The gap between the two is what our loop adds to the forward passes.
 """
@@ -252,8 +252,11 @@ def run_bench(target, draft, tokenizer, cfg: BenchConfig, progress=None) -> dict
     eos = set([eos] if isinstance(eos, int) else eos or []) | ({tokenizer.eos_token_id} - {None})
     for system in systems.values():  # warm-up: first calls pay for allocation and lazy initialisation
         system.run(*batches[0], cfg.seed)
-    passes = [_calibration_pass(target, systems, batches, cfg, cfg.seed - 1)]
+    passes = []
     for r in range(cfg.repeats):
+        # An untimed calibration pass before every timed repeat: a pass is a few seconds, and this VM's
+        # speed drifts by up to 25% between such windows, so the passes are spread over the whole bench.
+        passes.append(_calibration_pass(target, systems, batches, cfg, cfg.seed - 1 - r * len(batches)))
         totals = {name: [0.0, 0] for name in systems}
         for b, (ids, mask) in enumerate(batches):
             for name, system in systems.items():  # interleaved: A B C A B C ...
@@ -277,7 +280,6 @@ def run_bench(target, draft, tokenizer, cfg: BenchConfig, progress=None) -> dict
         for name, (t, n) in totals.items():
             results[name].times.append(t)
             results[name].tokens.append(n)
-    passes.append(_calibration_pass(target, systems, batches, cfg, cfg.seed - 1 - len(batches)))
     loop_costs, prefill = _calibrated(passes, systems, cfg, cost_model)
     report = _report(results, systems, cfg, cost_model, loop_costs, prefill)
     for row in report["rows"]:
@@ -329,9 +331,9 @@ def _calibration_pass(target, systems: dict, batches, cfg: BenchConfig, seed: in
 
 def _calibrated(passes: list[dict], systems: dict, cfg: BenchConfig, cost_model) -> tuple[dict, dict]:
     """Per exactspec system, the cost model re-priced on that system's untimed `passes` together
-    (:func:`_calibration_pass`; the bench makes one before the timed runs and one after, so that a machine
-    whose speed drifts during the bench is priced at its middle, and one pass's noise counts half), and
-    the prefill seconds per call of plain decoding and of that system."""
+    (:func:`_calibration_pass`; the bench makes one before each timed repeat, so that a machine whose speed
+    drifts during the bench is priced over the same span as it is timed), and the prefill seconds per
+    call of plain decoding and of that system."""
     names = list(passes[0]["stats"])
     if not names:
         return {}, {}

@@ -60,8 +60,8 @@ def bench_markdown(report: dict) -> str:
                                  "can flip an argmax; see the JSON).")]
     for note in report.get("notes", []):
         lines += ["", f"Note: {note}."]
-    lines += ["", "Predicted × (loop-calibrated): per-position acceptance measured here, priced by two untimed "
-              "calibration passes (before and after the timed runs) that interleave the speculative loop (draft step, per-step overhead) with our "
+    lines += ["", "Predicted × (loop-calibrated): per-position acceptance measured here, priced by untimed "
+              "calibration passes (one before each timed repeat) that interleave the speculative loop (draft step, per-step overhead) with our "
               "target-alone loop (plain decoding step), end to end with both prefills, so compare it with the "
               "'× target (our loop)' column. Predicted × (forwards only): the paper's per-step analysis with bare "
               "forward passes (CostModel.measure), no loop overhead, no prefill."]
