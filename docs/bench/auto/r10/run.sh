@@ -1,4 +1,4 @@
-# r10: a calibration pass before every timed repeat (bench.py), two runs only, as a check of the predictions
+# r10: a calibration pass before every timed repeat (bench.py); the full round (the first two runs were made first, as a check)
 cd /work/main
 B="PYTHONPATH=src .venv/bin/python -m exactspec bench --max-new-tokens 64 --gammas 1,2,3,4,6,8 --repeats 3"
 eval "$B --num-prompts 6 --tree auto --out docs/bench/auto/r10/heldout_greedy" > docs/bench/auto/r10/heldout_greedy.out 2>&1
