@@ -31,7 +31,7 @@ def main() -> None:
 
     import exactspec as es
     from exactspec.pairs import chat_prompt, is_chat, pair_prompts
-    from exactspec.bench import load_prompts
+    from exactspec.bench import eos_ids, greedy_prefix_equal, load_prompts
 
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
@@ -59,13 +59,12 @@ def main() -> None:
                 gen = gens.setdefault(system, es.SpeculativeGenerator(target, draft))
                 seq = gen.generate(ids, max_new_tokens=args.max_new_tokens, gamma=system[1],
                                    do_sample=False, eos_token_id=[]).sequences
-            outs.append(seq[0, ids.shape[1]:].tolist())
+            outs.append(seq[:, ids.shape[1]:])
         return time.perf_counter() - t0, outs
 
     # `generate` runs with min_new_tokens (equal lengths), which bans EOS; exactspec runs without EOS and
     # keeps the target's argmax, EOS included: outputs are compared up to exactspec's first EOS
-    eos = target.generation_config.eos_token_id
-    eos = set([eos] if isinstance(eos, int) else eos or []) | ({tok.eos_token_id} - {None})
+    eos = eos_ids(target, tok)
     systems = ["target"] + [(kind, g) for g in gammas for kind in ("transformers", "lean")]
     times = {str(s): [] for s in systems}
     ref = run("target")[1]  # warm-up, and the reference output
@@ -74,7 +73,7 @@ def main() -> None:
     for _ in range(args.repeats):
         for s in systems:
             dt, outs = run(s)
-            if not all(_same_until_eos(o, r, eos) for o, r in zip(outs, ref)):
+            if not all(greedy_prefix_equal(o, r, eos)[0] for o, r in zip(outs, ref)):
                 raise SystemExit(f"{s}: greedy output differs from target-alone generate")
             times[str(s)].append(dt)
     base = statistics.median(times["target"])
@@ -89,11 +88,6 @@ def main() -> None:
     if args.out:
         with open(args.out, "w") as f:
             json.dump(result, f, indent=1)
-
-
-def _same_until_eos(new: list, reference: list, eos: set) -> bool:
-    cut = next((i for i, t in enumerate(new) if t in eos), len(new))
-    return new[:cut] == reference[:cut]
 
 
 if __name__ == "__main__":

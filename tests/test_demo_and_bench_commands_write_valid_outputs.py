@@ -103,17 +103,17 @@ def test_demo_with_one_new_token_has_no_prediction_and_does_not_crash(capsys):
 def test_greedy_equality_check_compares_up_to_the_first_eos():
     import torch
 
-    from exactspec.bench import _greedy_prefix_equal
+    from exactspec.bench import greedy_prefix_equal
 
     ref = torch.tensor([[5, 6, 7, 8], [1, 2, 3, 4]])
-    assert _greedy_prefix_equal(ref.clone(), ref, {0}) == (True, 8)
+    assert greedy_prefix_equal(ref.clone(), ref, {0}) == (True, 8)
     ours = torch.tensor([[5, 6, 0, 9], [1, 2, 3, 4]])  # EOS at 2: generate (EOS banned) went on differently
-    assert _greedy_prefix_equal(ours, ref, {0}) == (True, 6)
+    assert greedy_prefix_equal(ours, ref, {0}) == (True, 6)
     ours = torch.tensor([[5, 9, 7, 8], [1, 2, 3, 4]])
-    assert _greedy_prefix_equal(ours, ref, {0}) == (False, 8)
-    assert _greedy_prefix_equal(ours[:, :3], ref, {0}) == (False, 0)
+    assert greedy_prefix_equal(ours, ref, {0}) == (False, 8)
+    assert greedy_prefix_equal(ours[:, :3], ref, {0}) == (False, 0)
     # The cut comes from the target's own unbanned greedy run: a system ending early still differs there.
     loop = torch.tensor([[5, 6, 7, 0], [1, 2, 3, 4]])
     early = torch.tensor([[5, 0, 7, 8], [1, 2, 3, 4]])
-    assert _greedy_prefix_equal(early, ref, {0}, cut_from=loop) == (False, 7)
-    assert _greedy_prefix_equal(ref.clone(), ref, {0}, cut_from=loop) == (True, 7)
+    assert greedy_prefix_equal(early, ref, {0}, cut_from=loop) == (False, 7)
+    assert greedy_prefix_equal(ref.clone(), ref, {0}, cut_from=loop) == (True, 7)

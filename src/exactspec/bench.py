@@ -248,8 +248,7 @@ def run_bench(target, draft, tokenizer, cfg: BenchConfig, progress=None) -> dict
     # still differs from `generate` there.
     equal = {name: True for name in systems} if cfg.temperature == 0 else None
     compared = {name: 0 for name in systems}
-    eos = target.generation_config.eos_token_id
-    eos = set([eos] if isinstance(eos, int) else eos or []) | ({tokenizer.eos_token_id} - {None})
+    eos = eos_ids(target, tokenizer)
     for system in systems.values():  # warm-up: first calls pay for allocation and lazy initialisation
         system.run(*batches[0], cfg.seed)
     passes = []
@@ -267,7 +266,7 @@ def run_bench(target, draft, tokenizer, cfg: BenchConfig, progress=None) -> dict
                         reference, cut_from = new, None
                     elif name == LOOP:
                         cut_from = new
-                    ok, n_cmp = _greedy_prefix_equal(new, reference, eos, cut_from)
+                    ok, n_cmp = greedy_prefix_equal(new, reference, eos, cut_from)
                     equal[name] &= ok
                     compared[name] += n_cmp
                 totals[name][0] += time.perf_counter() - t0
@@ -288,7 +287,13 @@ def run_bench(target, draft, tokenizer, cfg: BenchConfig, progress=None) -> dict
     return report
 
 
-def _greedy_prefix_equal(new: torch.Tensor, reference: torch.Tensor, eos: set,
+def eos_ids(target, tokenizer) -> set:
+    """Every end-of-sequence id of the pair: the target's generation config's and the tokenizer's."""
+    eos = target.generation_config.eos_token_id
+    return set([eos] if isinstance(eos, int) else eos or []) | ({tokenizer.eos_token_id} - {None})
+
+
+def greedy_prefix_equal(new: torch.Tensor, reference: torch.Tensor, eos: set,
                          cut_from: torch.Tensor | None = None) -> tuple[bool, int]:
     """Whether `new` [B, N] equals `reference` [B, N] in every row up to the row's first EOS in `cut_from`
     [B, N] (default: `new`; exclusive), and how many tokens were compared."""

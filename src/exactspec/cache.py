@@ -138,30 +138,22 @@ class SlotCache:
         pos = (self.n_real[:, None] + valid.long().cumsum(1) - 1).clamp(min=0)  # [B, S]
         mask = torch.cat([self.mask, valid.long()], dim=1)  # [B, L+S]
         tokens = torch.where(tokens < self.n_embed, tokens, torch.zeros_like(tokens)).to(self.device)
-        if self.lean is not None:
-            self.mask = mask
-            return self.lean.run(tokens, pos, self._lean_mask(mask, s), self.cache, logits_to_keep)
-        out = self.model(
-            input_ids=tokens,
-            attention_mask=self._attention_mask(mask, s) if self.window is None else self._window_masks(mask, s),
-            position_ids=pos,
-            cache=self.cache,
-            use_cache=True,
-            logits_to_keep=logits_to_keep,
-        )
-        self.cache = out.cache if getattr(out, "cache", None) is not None else self.cache
+        if self.lean is not None:  # every slot real: a plain causal step, no mask to build
+            logits = self.lean.run(tokens, pos, None if bool(mask.all()) else _allowed(mask, s)[:, None],
+                                   self.cache, logits_to_keep)
+        else:
+            out = self.model(
+                input_ids=tokens,
+                attention_mask=self._attention_mask(mask, s) if self.window is None else self._window_masks(mask, s),
+                position_ids=pos,
+                cache=self.cache,
+                use_cache=True,
+                logits_to_keep=logits_to_keep,
+            )
+            self.cache = out.cache if getattr(out, "cache", None) is not None else self.cache
+            logits = out.logits
         self.mask = mask
-        return out.logits
-
-    def _lean_mask(self, mask: torch.Tensor, s: int) -> torch.Tensor | None:
-        """The lean forward's `[B, 1, S, L]` bool mask (True = attend), or None when every slot is real (a
-        plain causal step). Every query also sees its own slot (see :meth:`_attention_mask`)."""
-        if bool(mask.all()):
-            return None
-        total = mask.shape[1]
-        q = torch.arange(total - s, total, device=mask.device)[:, None]  # [S, 1] slot of each query
-        kv = torch.arange(total, device=mask.device)[None, :]  # [1, L]
-        return ((mask.bool()[:, None, :] & (kv <= q)) | (kv == q))[:, None]
+        return logits
 
     def _attention_mask(self, mask: torch.Tensor, s: int) -> torch.Tensor:
         """The 2-D slot mask, or for eager attention an equivalent additive 4-D mask `[B, 1, S, L]`.
@@ -174,10 +166,7 @@ class SlotCache:
         """
         if getattr(self.model.config, "_attn_implementation", None) != "eager":
             return mask
-        total = mask.shape[1]
-        q = torch.arange(total - s, total, device=mask.device)[:, None]  # [S, 1] slot of each query
-        kv = torch.arange(total, device=mask.device)[None, :]  # [1, L]
-        allowed = (mask.bool()[:, None, :] & (kv <= q)) | (kv == q)  # [B, S, L]
+        allowed = _allowed(mask, s)  # [B, S, L]
         dtype = self.model.dtype
         return torch.zeros(allowed.shape, dtype=dtype, device=mask.device).masked_fill_(
             ~allowed, torch.finfo(dtype).min)[:, None]
@@ -237,22 +226,23 @@ class SlotCache:
         allowed = attend.to(self.device).clone()
         q = torch.arange(s, device=self.device)
         allowed[:, q, self.length + q] = True
-        if impl == "eager":
-            dtype = self.model.dtype
-            mask4 = torch.zeros(allowed.shape, dtype=dtype, device=self.device).masked_fill_(
-                ~allowed, torch.finfo(dtype).min)[:, None]
-        else:
-            mask4 = allowed[:, None]  # [B, 1, S, L+S] bool: True = attend
         tokens = torch.where((tokens >= 0) & (tokens < self.n_embed), tokens, torch.zeros_like(tokens))
+        tokens, pos = tokens.to(self.device), pos.to(self.device)
         if self.lean is not None:
-            logits = self.lean.run(tokens.to(self.device), pos.to(self.device), allowed[:, None], self.cache)
-            self.mask = torch.cat([self.mask, valid.to(self.device).long()], dim=1)
-            return logits
-        out = self.model(input_ids=tokens.to(self.device), attention_mask=mask4, position_ids=pos.to(self.device),
-                         cache=self.cache, use_cache=True)
-        self.cache = out.cache if getattr(out, "cache", None) is not None else self.cache
+            logits = self.lean.run(tokens, pos, allowed[:, None], self.cache)
+        else:
+            if impl == "eager":
+                dtype = self.model.dtype
+                mask4 = torch.zeros(allowed.shape, dtype=dtype, device=self.device).masked_fill_(
+                    ~allowed, torch.finfo(dtype).min)[:, None]
+            else:
+                mask4 = allowed[:, None]  # [B, 1, S, L+S] bool: True = attend
+            out = self.model(input_ids=tokens, attention_mask=mask4, position_ids=pos, cache=self.cache,
+                             use_cache=True)
+            self.cache = out.cache if getattr(out, "cache", None) is not None else self.cache
+            logits = out.logits
         self.mask = torch.cat([self.mask, valid.to(self.device).long()], dim=1)
-        return out.logits
+        return logits
 
     def keep_tail(self, start: int, idx: torch.Tensor, keep: torch.Tensor) -> None:
         """Replace the slots from `start` on by, per row, the slots `start + idx[b, j]` (`idx [B, W]` int64,
@@ -296,6 +286,16 @@ class SlotCache:
             layer.keys = layer.keys.index_select(-2, cols)
             layer.values = layer.values.index_select(-2, cols)
         self.mask = self.mask[:, cols]
+
+
+def _allowed(mask: torch.Tensor, s: int) -> torch.Tensor:
+    """`[B, S, L]` bool: which slots each of the last S slots' queries sees, the row's real slots up to its
+    own (`mask [B, L]`), and always its own slot, so that no row is fully masked (see
+    :meth:`SlotCache._attention_mask`)."""
+    total = mask.shape[1]
+    q = torch.arange(total - s, total, device=mask.device)[:, None]  # [S, 1] slot of each query
+    kv = torch.arange(total, device=mask.device)[None, :]  # [1, L]
+    return (mask.bool()[:, None, :] & (kv <= q)) | (kv == q)
 
 
 def _sliding_window(model, cache) -> int | None:
