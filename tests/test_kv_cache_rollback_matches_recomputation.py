@@ -25,7 +25,9 @@ def _reference_logits(model, tokens: list[int]) -> torch.Tensor:
 def test_cache_rollback_and_compaction_match_recomputation(arch, dtype, attn, lean):
     """`lean`: the draft's own forward (exactspec.leanforward) on the same cache, as drafts run."""
     model = tiny_lm(arch, seed=3, dtype=dtype, attn=attn)
-    tol = 1e-10 if dtype == torch.float64 else 1e-4
+    # float64 models still take their rotary angles from a float32 product (transformers), whose last bit can
+    # depend on the CPU kernel chosen for a shape; a real cache error shows up at O(1e-2) and above
+    tol = 1e-5 if dtype == torch.float64 else 1e-4
     g = torch.Generator().manual_seed(0)
     prompts = [[5, 6, 7, 8, 9], [10, 11], [12, 13, 14]]
     width = 5

@@ -49,8 +49,26 @@ def test_pair_loads_offline_with_a_small_shipped_draft(monkeypatch):
     assert 0 < report["held_out"]["greedy_answers"]["alpha"] <= 1
     prompts = pair_prompts("smollm2")
     assert len(prompts) >= 12 and all(isinstance(p, str) and p for p in prompts)
-    unseen = json.loads((ROOT / "benchmarks" / "prompts" / "unseen_chat.json").read_text())["prompts"]
-    assert not set(unseen) & set(prompts)
+    for name in ("unseen_chat.json", "unseen_chat2.json"):
+        unseen = json.loads((ROOT / "benchmarks" / "prompts" / name).read_text())["prompts"]
+        assert len(unseen) >= 12 and not set(unseen) & set(prompts), name
+
+
+def test_no_unseen_chat_prompt_is_a_training_prompt():
+    # The unseen sets measure speed on prompts nobody tuned on: none may be among the prompts the draft was
+    # distilled on (training/chat_prompts.py, either split), and the held-out split must be the shipped one.
+    import sys
+
+    sys.path.insert(0, str(ROOT / "training"))
+    try:
+        import chat_prompts
+    finally:
+        sys.path.remove(str(ROOT / "training"))
+    trained = set(chat_prompts.all_prompts())
+    for name in ("unseen_chat.json", "unseen_chat2.json"):
+        unseen = json.loads((ROOT / "benchmarks" / "prompts" / name).read_text())["prompts"]
+        assert not set(unseen) & trained, name
+    assert sorted(pair_prompts("smollm2")) == sorted(chat_prompts.prompts("heldout", seed=None))
 
 
 def test_greedy_speculative_equals_target_generate_on_chat_prompts(pair):

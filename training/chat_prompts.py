@@ -79,6 +79,104 @@ COMPARE = [("cats", "dogs"), ("Python", "JavaScript"), ("tea", "coffee"), ("trai
            ("lists", "dictionaries in Python"), ("solar power", "wind power"), ("viruses", "bacteria"),
            ("weather", "climate"), ("a laptop", "a desktop computer"), ("running", "swimming")]
 
+# A second, broader set of request kinds (added in the second distillation round, to make the training answers
+# less templated): how things work, advice on a situation, messages to write, code beyond one function,
+# list requests, rewriting, arithmetic in words, travel. Written from general chat use, not from any bench set.
+DEVICES = [
+    "a microwave oven", "a bicycle's gears", "an electric car's battery", "a thermostat", "GPS", "a touchscreen",
+    "an elevator", "a dishwasher", "noise-cancelling headphones", "a solar panel", "a camera lens",
+    "a smoke detector", "a washing machine", "a jet engine", "a credit card chip", "a QR code", "a Wi-Fi router",
+    "an air conditioner", "a compass", "a pressure cooker", "a hearing aid", "an electric kettle",
+    "a barcode scanner", "a heat pump", "a lock and key", "a sewing machine", "a hard drive", "a search engine",
+]
+HOW_TEMPLATES = ["How does {d} work?", "Explain briefly how {d} works.", "What happens inside {d} when it is on?"]
+SITUATIONS = [
+    "just moved to a new city and don't know anyone", "keep putting off writing my thesis",
+    "have to give a talk in front of two hundred people next week", "want to learn the guitar as an adult",
+    "am starting my first job as a software developer on Monday", "spend too much time on my phone",
+    "want to adopt a dog but live in a small flat", "have an exam in three days and feel behind",
+    "argued with my roommate about cleaning", "want to start a small vegetable garden on my balcony",
+    "need to choose between two job offers", "want to run a 10k race in two months",
+    "forgot my friend's name at a party", "have a long flight tomorrow and hate flying",
+    "want to read more books this year", "am nervous about driving on the motorway",
+    "keep waking up tired even after eight hours of sleep", "want to cook dinner for six people on a budget",
+    "have to tell my team that a deadline will slip", "want to switch careers into data analysis",
+]
+ADVICE_TEMPLATES = ["I {s}. What should I do?", "I {s}. Any advice?", "I {s}. Where do I start?"]
+MESSAGES = [
+    "Write a short message to my landlord about a leaking tap.",
+    "Write an email to a colleague asking them to review my report by Friday.",
+    "Write a text inviting friends to a board game night on Saturday.",
+    "Write a note to my neighbour asking them to water my plants while I am away.",
+    "Write a short message congratulating a coworker on their promotion.",
+    "Write an out-of-office reply for a two-week holiday.",
+    "Write a polite complaint to a shop about a late delivery.",
+    "Write a message to a teacher explaining that my child will miss school tomorrow.",
+    "Write a short welcome message for a new member of our book club.",
+    "Write an email declining a meeting invitation politely.",
+    "Write a reminder to my team about tomorrow's stand-up moved to 10 am.",
+    "Write a thank-you email after a job interview.",
+    "Write a short speech to toast my sister at her wedding.",
+    "Write a message asking my manager for a day off next Friday.",
+    "Write a product description for a handmade ceramic mug.",
+    "Write a short bio for a conference speaker who works on renewable energy.",
+]
+CODE_SNIPPETS = [
+    "Write a bash script that renames every .txt file in a folder to .md.",
+    "Write a shell command that counts how many times the word error appears in a log file.",
+    "Write a SQL query that finds the three most expensive products in a products table.",
+    "Write a SQL query that lists customers who have never placed an order.",
+    "Write a regular expression that matches a US phone number.",
+    "Write an HTML form with a name field, an email field and a submit button.",
+    "Write CSS that makes a button change colour when the mouse is over it.",
+    "Write a Python script that downloads nothing but prints today's date in ISO format.",
+    "Write a Python class for a to-do list with add, remove and list methods.",
+    "Write a Python class that represents a rectangle and computes its area and perimeter.",
+    "Write a JavaScript function that debounces another function.",
+    "Write a Python dataclass for a book with a title, an author and a year.",
+    "Write a Python generator that yields the squares of numbers from 1 to n.",
+    "Write a unit test with pytest for a function that adds two numbers.",
+    "Write a Dockerfile for a small Python web application.",
+    "Write a git command sequence to create a new branch and push it.",
+    "Write a Python function that reads a text file and returns its word count, with error handling.",
+    "Write a JavaScript snippet that fetches JSON from a URL and logs it.",
+    "Write a C function that swaps two integers using pointers.",
+    "Write a Rust function that returns the longest string in a vector of strings.",
+    "Write a Go program that prints the numbers from 1 to 10.",
+    "Write a Python decorator that prints how long a function takes.",
+    "Explain what this Python line does: squares = [x * x for x in range(10) if x % 2 == 0]",
+    "What does the Python keyword yield do?", "What is a race condition in programming?",
+    "What is the difference between a process and a thread?", "What does Big O notation mean?",
+    "How do I undo the last commit in git?", "What is a virtual environment in Python and why use one?",
+]
+IDEA_TOPICS = [
+    "a rainy afternoon with kids", "a birthday present for my dad", "a school science fair project",
+    "a healthy breakfast", "a team-building activity at work", "a cheap date night", "a short story plot",
+    "a name for a coffee shop", "a weekend hobby", "things to do in winter", "a theme for a party",
+    "ways to reduce plastic at home", "a mobile app for students", "a podcast episode about history",
+]
+IDEA_TEMPLATES = ["Give me five ideas for {t}.", "Suggest some ideas for {t}.", "List three ideas for {t}."]
+REWRITES = [
+    "Rewrite this sentence to sound more formal: 'Hey, can you send me the file asap?'",
+    "Fix the grammar in this sentence: 'Me and him goes to the store every days.'",
+    "Make this sentence shorter: 'Due to the fact that it was raining, we made the decision to stay inside.'",
+    "Rewrite this in a friendlier tone: 'Your request has been denied.'",
+    "Summarize in one sentence: 'The meeting covered the budget, the new hires and the office move.'",
+    "Turn this into a bulleted list: eggs, milk, bread, apples and cheese.",
+    "Paraphrase: 'The early bird catches the worm.'",
+    "Rewrite this sentence in the passive voice: 'The cat chased the mouse.'",
+]
+NUMBERS = [(120, 2), (300, 4), (90, 1.5), (450, 5), (60, 0.5), (250, 2.5)]
+MATH = ([f"A train travels {d} km in {h} hours. What is its average speed?" for d, h in NUMBERS]
+        + [f"What is {a} percent of {b}?" for a, b in ((15, 80), (20, 250), (35, 140), (8, 50))]
+        + [f"If a shirt costs {c} dollars and is {p} percent off, what is the new price?" for c, p in ((40, 25), (60, 10), (25, 20))]
+        + ["How many minutes are there in a week?", "What is the square root of 144?",
+           "Solve for x: 3x + 5 = 20.", "What is the area of a circle with a radius of 3 cm?"])
+CITIES = ["Paris", "Tokyo", "Rome", "New York", "Barcelona", "Kyoto", "Amsterdam", "Edinburgh", "Prague",
+          "Istanbul", "Vienna", "Seoul", "Mexico City", "Copenhagen"]
+TRAVEL_TEMPLATES = ["What should I see in {c} in two days?", "What food should I try in {c}?",
+                    "What is the best time of year to visit {c}?"]
+
 
 def all_prompts() -> list[str]:
     """Every prompt, deduplicated, in a fixed order."""
@@ -90,6 +188,11 @@ def all_prompts() -> list[str]:
     out += EVERYDAY
     out += [f"Compare {a} and {b}." for a, b in COMPARE]
     out += [f"What are the differences between {a} and {b}?" for a, b in COMPARE]
+    out += [t.format(d=d) for t, d in itertools.product(HOW_TEMPLATES, DEVICES)]
+    out += [t.format(s=s) for t, s in itertools.product(ADVICE_TEMPLATES, SITUATIONS)]
+    out += MESSAGES + CODE_SNIPPETS + REWRITES + MATH
+    out += [t.format(t=t_) for t, t_ in itertools.product(IDEA_TEMPLATES, IDEA_TOPICS)]
+    out += [t.format(c=c) for t, c in itertools.product(TRAVEL_TEMPLATES, CITIES)]
     return list(dict.fromkeys(out))
 
 

@@ -238,14 +238,25 @@ def stage_train(work, minutes, vocab, layers, batch, lr, seed, init=None, tag=""
     from exactspec.smollm2 import build_draft, load_target
 
     target, _ = load_target()
-    ids_sub = stage_vocab(work, vocab)
+    init_state = None
+    if init is not None:  # a best_*.pt of an earlier run, or a shipped draft.safetensors (its own head subset)
+        if init.suffix == ".safetensors":
+            from safetensors.torch import load_file
+
+            init_state = {k: v.to(target.dtype) if v.is_floating_point() else v for k, v in load_file(init).items()}
+        else:
+            init_state = torch.load(init)
+    ids_sub = init_state["lm_head.token_ids"] if init_state and "lm_head.token_ids" in init_state \
+        else stage_vocab(work, vocab)
+    if len(ids_sub) != vocab:
+        raise SystemExit(f"--init {init} has a {len(ids_sub)}-token head, not --vocab {vocab}")
     slot = torch.full((target.config.vocab_size,), -1, dtype=torch.long)
     slot[ids_sub] = torch.arange(len(ids_sub))
     draft = build_draft(target, ids_sub, num_layers=layers).train()
     with torch.no_grad():  # the target's head on a 2-layer state is far too sure of itself (loss 17 vs 7)
         draft.lm_head.weight.mul_(0.1)
     if init is not None:  # go on from an earlier run's weights (e.g. its best checkpoint), fresh optimiser
-        missing, unexpected = draft.load_state_dict(torch.load(init), strict=False)
+        missing, unexpected = draft.load_state_dict(init_state, strict=False)
         if [k for k in missing if not k.startswith("model.embed_tokens.")] or unexpected:
             raise SystemExit(f"--init {init} does not fit this draft: missing {missing}, unexpected {unexpected}")
         print(f"train: initialised from {init}")
@@ -342,10 +353,16 @@ def stage_export(work, target, draft, state, args):
 
     from exactspec.smollm2 import draft_state
 
+    from exactspec.smollm2 import load_draft
+
     held = load_shards(work, "heldout")
     train, tf = load_shards(work, "train"), load_shards(work, "tf")
-    report = {"held_out": {k: evaluate(target, draft, [r for r in held if r["sampled"] == s])
-                           for k, s in (("greedy_answers", False), ("sampled_answers", True))}}
+    splits = (("greedy_answers", False), ("sampled_answers", True))
+    report = {"held_out": {k: evaluate(target, draft, [r for r in held if r["sampled"] == s]) for k, s in splits}}
+    if (EXPORT / "draft.safetensors").exists():  # the draft this one replaces, on the same held-out answers
+        previous = load_draft(target, EXPORT)
+        report["previous_draft_held_out"] = {k: evaluate(target, previous, [r for r in held if r["sampled"] == s])
+                                             for k, s in splits}
     EXPORT.mkdir(parents=True, exist_ok=True)
     tensors = {k: (v.half() if v.is_floating_point() else v).contiguous() for k, v in draft_state(draft).items()}
     save_file(tensors, EXPORT / "draft.safetensors")
@@ -381,7 +398,8 @@ def main(argv=None):
     ap.add_argument("--vocab", type=int, default=8192)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--init", type=pathlib.Path, help="start the draft from these weights (a best_*.pt)")
+    ap.add_argument("--init", type=pathlib.Path, help="start the draft from these weights: a best_*.pt, or a shipped draft.safetensors "
+                                                  "(whose head subset is then kept)")
     ap.add_argument("--tag", default="", help="suffix of this run's checkpoint names")
     ap.add_argument("--chat-weight", type=int, default=1, help="times each on-policy answer is seen per epoch")
     args = ap.parse_args(argv)

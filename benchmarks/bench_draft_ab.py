@@ -1,0 +1,104 @@
+"""Two drafts for the same target, end to end, in one interleaved run: what a retrained draft buys.
+
+For each draft (a directory holding `draft.safetensors` and `draft.json`, as `exactspec/smollm2_pair/`) and
+each gamma, exactspec generates on the same prompts; target-alone `generate` is the baseline, timed in the
+same rounds. Rows stop at EOS (the chat model's `<|im_end|>`), so speed is tokens per second; greedy outputs
+must equal the target's token for token. Medians over repeats.
+
+    python benchmarks/bench_draft_ab.py --a training/work-smollm2/shipped_r1 --b src/exactspec/smollm2_pair \\
+        [--prompts benchmarks/prompts/unseen_chat.json] [--temperature 0.7 --top-p 0.9] [--gammas 2,auto]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--a", required=True, help="the first draft's directory")
+    ap.add_argument("--b", required=True, help="the second draft's directory")
+    ap.add_argument("--prompts", default=None, help="a prompt file (default: the pair's held-out prompts)")
+    ap.add_argument("--num-prompts", type=int, default=6)
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--gammas", default="2,auto")
+    ap.add_argument("--temperature", type=float, default=0.0)
+    ap.add_argument("--top-p", type=float, default=None)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out", default=None, help="write the result as JSON here")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    from transformers.utils import logging as hf_logging
+
+    import exactspec as es
+    from exactspec.bench import load_prompts
+    from exactspec.pairs import chat_prompt
+    from exactspec.smollm2 import heldout_prompts, load_draft, load_target
+    from exactspec.stats import GenerationStats
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    target, tok = load_target()
+    import pathlib
+
+    drafts = {"a": load_draft(target, pathlib.Path(args.a)), "b": load_draft(target, pathlib.Path(args.b))}
+    prompts = (load_prompts(args.prompts) if args.prompts else heldout_prompts())[: args.num_prompts]
+    inputs = [tok(chat_prompt(tok, p), return_tensors="pt", add_special_tokens=False).input_ids for p in prompts]
+    greedy = args.temperature == 0
+    sampling = dict(do_sample=False) if greedy else dict(do_sample=True, temperature=args.temperature,
+                                                           top_p=args.top_p, top_k=0)
+    gammas = [g if g == "auto" else int(g) for g in args.gammas.split(",")]
+    systems = ["target"] + [(d, g) for g in gammas for d in ("a", "b")]
+    gens = {s: es.SpeculativeGenerator(target, drafts[s[0]]) for s in systems[1:]}
+    stats: dict = {str(s): [] for s in systems[1:]}
+
+    def run(system, seed):
+        outs, t0 = [], time.perf_counter()
+        for i, ids in enumerate(inputs):
+            if system == "target":
+                torch.manual_seed(seed + i)
+                seq = target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=args.max_new_tokens,
+                                      pad_token_id=tok.pad_token_id, **sampling)
+            else:
+                o = gens[system].generate(ids, max_new_tokens=args.max_new_tokens, gamma=system[1], seed=seed + i,
+                                          **sampling)
+                seq = o.sequences
+                stats[str(system)].append(o.stats)
+            outs.append(seq[0, ids.shape[1]:].tolist())
+        return time.perf_counter() - t0, outs
+
+    ref = run("target", 0)[1]  # warm-up, and the greedy reference
+    for s in systems[1:]:
+        run(s, 0)  # warm-up (gamma="auto" learns on its first run)
+    for s in stats:
+        stats[s].clear()
+    times: dict = {str(s): [] for s in systems}
+    tokens: dict = {str(s): [] for s in systems}
+    for rep in range(args.repeats):
+        for s in systems:
+            dt, outs = run(s, 1000 * (rep + 1))
+            if greedy and outs != ref:
+                raise SystemExit(f"{s}: greedy output differs from target-alone generate")
+            times[str(s)].append(dt)
+            tokens[str(s)].append(sum(len(o) for o in outs))
+    tps = {k: statistics.median(n / t for n, t in zip(tokens[k], times[k])) for k in times}
+    result = {"a": args.a, "b": args.b, "prompts": args.prompts or "held-out", "n_prompts": len(inputs),
+              "max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "top_p": args.top_p,
+              "repeats": args.repeats, "threads": args.threads, "tokens_per_second": tps,
+              "speedup_vs_target": {k: v / tps["target"] for k, v in tps.items()},
+              "tokens_per_target_call": {k: GenerationStats.merge(v).tokens_per_target_call for k, v in stats.items()},
+              "plain_steps": {k: GenerationStats.merge(v).plain_steps for k, v in stats.items()},
+              "b_over_a": {str(g): tps[str(("b", g))] / tps[str(("a", g))] for g in gammas}}
+    print(json.dumps(result, indent=1))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
