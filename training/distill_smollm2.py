@@ -351,18 +351,16 @@ def evaluate(target, draft, rows, batch=8):
 def stage_export(work, target, draft, state, args):
     from safetensors.torch import save_file
 
-    from exactspec.smollm2 import draft_state
-
-    from exactspec.smollm2 import load_draft
+    from exactspec.smollm2 import draft_state, load_draft
 
     held = load_shards(work, "heldout")
     train, tf = load_shards(work, "train"), load_shards(work, "tf")
-    splits = (("greedy_answers", False), ("sampled_answers", True))
-    report = {"held_out": {k: evaluate(target, draft, [r for r in held if r["sampled"] == s]) for k, s in splits}}
+    parts = {k: [r for r in held if r["sampled"] == s]
+             for k, s in (("greedy_answers", False), ("sampled_answers", True))}
+    report = {"held_out": {k: evaluate(target, draft, rows) for k, rows in parts.items()}}
     if (EXPORT / "draft.safetensors").exists():  # the draft this one replaces, on the same held-out answers
         previous = load_draft(target, EXPORT)
-        report["previous_draft_held_out"] = {k: evaluate(target, previous, [r for r in held if r["sampled"] == s])
-                                             for k, s in splits}
+        report["previous_draft_held_out"] = {k: evaluate(target, previous, rows) for k, rows in parts.items()}
     EXPORT.mkdir(parents=True, exist_ok=True)
     tensors = {k: (v.half() if v.is_floating_point() else v).contiguous() for k, v in draft_state(draft).items()}
     save_file(tensors, EXPORT / "draft.safetensors")
@@ -398,8 +396,8 @@ def main(argv=None):
     ap.add_argument("--vocab", type=int, default=8192)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--init", type=pathlib.Path, help="start the draft from these weights: a best_*.pt, or a shipped draft.safetensors "
-                                                  "(whose head subset is then kept)")
+    ap.add_argument("--init", type=pathlib.Path, help="start the draft from these weights: a best_*.pt, or a "
+                                                  "shipped draft.safetensors (whose head subset is then kept)")
     ap.add_argument("--tag", default="", help="suffix of this run's checkpoint names")
     ap.add_argument("--chat-weight", type=int, default=1, help="times each on-policy answer is seen per epoch")
     args = ap.parse_args(argv)
