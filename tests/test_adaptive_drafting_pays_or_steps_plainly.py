@@ -102,8 +102,57 @@ def test_the_next_draft_call_is_made_only_when_it_is_expected_to_pay():
     s = out.stats  # a twin draft is always accepted: no call is wasted, each drafted token had its call
     assert s.draft_calls == s.drafted_tokens
     # while it learns that the twin is always right, it stops short of the cap of 8 (the last step's cap is
-    # the 5 tokens left, less the bonus one): each such step is one early stop, counted where more() made it
-    assert s.gamma_history == [2, 4, 6, 8, 5] and s.early_stops == 3
+    # what is left, less the bonus token): each such step is one early stop, counted where more() made it.
+    # Optimism about positions after an accepted one (thin evidence) makes it reach further sooner: without
+    # it the history was [2, 4, 6, 8, 5]
+    assert s.gamma_history == [3, 5, 7, 8, 2] and s.early_stops == 3
+
+
+def _verdict(policy, lengths, accepted, conf=0.9):
+    """Feed `policy` one step: rows drafted `lengths`, accepted `accepted`, every position at `conf`."""
+    from types import SimpleNamespace
+
+    k = max(lengths)
+    policy.observe(SimpleNamespace(tokens=torch.zeros(len(lengths), k, dtype=torch.long),
+                                   lengths=torch.tensor(lengths), confidence=torch.full((len(lengths), k), conf)),
+                   torch.tensor(accepted))
+
+
+def test_a_few_unlucky_first_verdicts_do_not_turn_drafting_off():
+    """Optimism under uncertainty: a fresh policy whose first draft was rejected at once still probes (the
+    evidence is one verdict), and goes plain only once the evidence says drafting does not pay. Without
+    optimism the same verdict makes every later step plain until the probing gap runs out."""
+    steep = CostModel(t_draft=0.0012, target_times={1: 0.010, 2: 0.0145, 8: 0.016})  # T(2)/T(1) = 1.45
+
+    def after(verdicts: int, optimism: float) -> int:
+        policy = AdaptivePolicy(steep, 8, DraftingState(probe_gap=1000), optimism=optimism, first_gap=1000)
+        for _ in range(verdicts):
+            _verdict(policy, [4], [0])
+            policy.next_lengths(torch.tensor([50]))
+        return int(policy.next_lengths(torch.tensor([50])))
+
+    assert after(1, optimism=1.0) > 0 and after(1, optimism=0.0) == 0
+    assert after(30, optimism=1.0) == 0  # thirty rejections: no length pays, even optimistically
+
+
+def test_a_deeper_position_rejected_once_is_still_drafted_while_its_evidence_is_thin():
+    """Positions after an accepted one are priced at the continuation rate. One early rejection there
+    (1 verdict) used to keep every later step at one token, so the rate was never measured again; with
+    optimism the next position is still drafted, and after many rejections there it is not."""
+    # a staircase seen on a 2-core CPU: verifying 3 tokens costs 1.26x verifying 2, then flat to 8
+    cost = CostModel(t_draft=0.00105, target_times={1: 0.010, 2: 0.0126, 3: 0.0159, 8: 0.0159, 10: 0.018})
+
+    def drafts_second(later_rejections: int, optimism: float) -> bool:
+        policy = AdaptivePolicy(cost, 8, DraftingState(), optimism=optimism)
+        for ok in [1, 1, 0] * 4:  # the first position is accepted two times in three ...
+            _verdict(policy, [1], [ok])
+        for _ in range(later_rejections):  # ... the second was rejected after it
+            _verdict(policy, [2], [1])
+        caps = policy.next_lengths(torch.tensor([50]))
+        return bool(policy.include(1, torch.tensor([0.9]), caps)) and policy.more(1)
+
+    assert drafts_second(1, optimism=1.0) and not drafts_second(1, optimism=0.0)
+    assert not drafts_second(40, optimism=1.0)
 
 
 def test_positions_after_an_accepted_one_are_priced_at_the_continuation_rate():

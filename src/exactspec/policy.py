@@ -19,8 +19,10 @@ With a cost model fixed for the run (no wall-clock timings taken inside it, so a
 prices drafting by renewal reward: the throughput R = max_K E(K) / T(K) of the best fixed length under the
 model, and position i is drafted while some length L >= i adds more expected tokens than R times the time
 it adds. That is the model-based form of llama.cpp's ``p_min`` and SpecDec++'s stop rule, with the threshold
-following from the costs and the measured acceptance instead of a constant. When no length pays, it takes
-plain steps and re-probes with an exponentially growing gap, so it notices when drafting starts to pay.
+following from the costs and the measured acceptance instead of a constant. When no length pays, not even
+at rates one standard error above the estimates (optimism while the evidence is thin: a fresh policy whose
+first verdicts were unlucky keeps probing), it takes plain steps and re-probes with an exponentially
+growing gap, so it notices when drafting starts to pay.
 Confidence bins are position-free, so positions never reached need no exploration of their own. Positions
 not drafted yet are priced at the *continuation rate*, the acceptance of a position reached after an
 accepted one: acceptance comes in streaks, so it is higher than the rate pooled over all positions.
@@ -119,6 +121,18 @@ class AcceptanceModel:
         total = sum(self.seen)
         return self.pooled if total <= 0 else sum(s * r for s, r in zip(self.seen, self.rates())) / total
 
+    def uncertainty(self, z: float = 1.0) -> tuple[float, float]:
+        """`z` standard errors of the pooled rate and of the continuation rate: sqrt(p (1 - p) / (n + weight
+        + 1)) each, the spread of a Beta posterior with n verdicts behind it. Large while few positions
+        (or few positions after an accepted one) have been verified. The policy adds them to its rates
+        (optimism under uncertainty), so that a few unlucky first verdicts can neither turn drafting off nor
+        keep drafts short for good: a position never reached is never measured, so only optimism makes
+        the policy reach it and find out."""
+        def spread(p: float, n: float) -> float:
+            return z * math.sqrt(p * (1.0 - p) / (n + self.weight + 1.0))
+
+        return spread(self.pooled, self.observations), spread(self.continuation(), self.later_n)
+
     def continuation(self) -> float:
         """Acceptance of a position reached after an accepted one (position >= 2), shrunk towards the pooled
         rate. Acceptance runs in streaks (easy text is easy for several tokens), so it is above the pooled
@@ -168,14 +182,18 @@ class AdaptivePolicy:
         state: a :class:`DraftingState` carried over from earlier runs (updated in place), or None. Its
             `probe_gap` is the number of plain steps before a re-probe; doubled after each probe, up to
             `max_probe_gap`, and reset to `first_gap` once drafting pays.
+        optimism: standard errors added to the acceptance estimates (:meth:`AcceptanceModel.uncertainty`):
+            to the continuation rate in every decision, and to the first position's rate before a step is
+            made plain (while a length would pay at that rate, the step is a probe instead). 0 turns
+            exploration off.
         free_draft: a model-free drafter (prompt lookup): draft calls cost nothing.
     """
 
     wants_confidence = True
 
     def __init__(self, cost_model, max_gamma: int, state: DraftingState | None = None, *,
-                 free_draft: bool = False, first_gap: int = 4, max_probe_gap: int = 64):
-        self.max_gamma, self.free_draft = max_gamma, free_draft
+                 free_draft: bool = False, first_gap: int = 4, max_probe_gap: int = 64, optimism: float = 1.0):
+        self.max_gamma, self.free_draft, self.optimism = max_gamma, free_draft, optimism
         self.state = state if state is not None else DraftingState(probe_gap=first_gap)
         self.model = self.state.model
         self._first_gap, self.max_probe_gap = first_gap, max_probe_gap
@@ -218,7 +236,15 @@ class AdaptivePolicy:
         if k and self.state.seconds > 0:  # adapting beats the best fixed length: hold drafting to its rate
             self._rate = max(self._rate, self.state.tokens / self.state.seconds)
         self.probing, st = False, self.state
-        if k == 0:
+        # Optimism under uncertainty (AcceptanceModel.uncertainty): the rate R a fresh step is worth stays the
+        # estimate's, but positions after an accepted one are valued at their optimistic rate, and a step is
+        # plain only if no length pays even at optimistic rates.
+        u_first, u_later = self.model.uncertainty(self.optimism)
+        hope = min(later + u_later, 1.0)
+        if k == 0 and self.best_length(min(alpha + u_first, 1.0), hope)[0] > 0:
+            self.probing, k = True, 1  # too little evidence yet to rule drafting out: a probe that leaves
+            # the probing gap as it is
+        elif k == 0:
             st.since_probe += 1
             if st.since_probe >= st.probe_gap:  # re-probe: draft; include() lets one position through
                 self.probing, st.since_probe = True, 0
@@ -226,7 +252,7 @@ class AdaptivePolicy:
                 k = 1
         else:
             st.probe_gap = self._first_gap  # drafting pays again: probe soon after it stops paying
-        self._alpha, self._later, self._p = alpha, later, None
+        self._alpha, self._later, self._p = alpha, hope, None
         # A model drafter stops itself (include / more) below max_gamma; a model-free one (prompt lookup)
         # is never asked, so it gets the best length itself (1 for a probe), not max_gamma.
         return left.clamp(min=0, max=k if self.free_draft else (self.max_gamma if k else 0))

@@ -1,0 +1,133 @@
+"""gamma="auto" with and without optimism under uncertainty, end to end, in one interleaved run.
+
+`AdaptivePolicy(optimism=z)` adds z standard errors to its acceptance estimates where the evidence is thin
+(exactspec.policy). This script times, on the same prompts and in the same rounds: target-alone `generate`
+(the baseline), fixed gammas, and gamma="auto" at each optimism. With `--fresh` (the default) every call
+gets a fresh generator, as every `exactspec generate` invocation does, so what is measured includes each
+run's learning from nothing; `--no-fresh` keeps one generator per system across the whole run, as the bench
+does. Rows run to max_new_tokens (no EOS); greedy outputs must equal `generate`'s up to the first EOS.
+Medians over repeats.
+
+    python benchmarks/bench_policy_ab.py [--prompts benchmarks/prompts/unseen_code.json --num-prompts 8]
+        [--temperature 1] [--optimism 0,1] [--gammas 2,4] [--draft-dtype float16] [--out r.json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--pair", default="stdlib")
+    ap.add_argument("--prompts", default=None, help="a prompt file (default: the pair's held-out prompts)")
+    ap.add_argument("--num-prompts", type=int, default=6)
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--temperature", type=float, default=0.0)
+    ap.add_argument("--optimism", default="0,1", help="optimism values of the gamma='auto' systems")
+    ap.add_argument("--gammas", default="2,4", help="fixed gammas timed beside them")
+    ap.add_argument("--draft-dtype", default=None, help="cast the draft, e.g. float16 or bfloat16")
+    ap.add_argument("--fresh", action=argparse.BooleanOptionalAction, default=True,
+                    help="a fresh generator for every call (default), as every CLI invocation has")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out", default=None, help="write the result as JSON here")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    from transformers.utils import logging as hf_logging
+
+    import exactspec as es
+    from exactspec.bench import eos_ids, greedy_prefix_equal, load_prompts
+    from exactspec.pairs import pair_prompts
+    from exactspec.policy import AdaptivePolicy
+    from exactspec.stats import GenerationStats
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    target, draft, tok = es.load_pair(args.pair)
+    if args.draft_dtype:
+        draft = draft.to(getattr(torch, args.draft_dtype))
+    prompts = (load_prompts(args.prompts) if args.prompts else pair_prompts(args.pair))[: args.num_prompts]
+    inputs = [tok(p, return_tensors="pt") for p in prompts]
+    greedy = args.temperature == 0
+    sampling = dict(do_sample=False) if greedy else dict(do_sample=True, temperature=args.temperature, top_k=0)
+    n_new = args.max_new_tokens
+
+    class Generator(es.SpeculativeGenerator):
+        optimism = 1.0
+
+        def _policy(self, gamma, batch_size, key):
+            policy = super()._policy(gamma, batch_size, key)
+            if isinstance(policy, AdaptivePolicy):
+                policy.optimism = self.optimism
+            return policy
+
+    def make(optimism: float):
+        gen = Generator(target, draft)
+        gen.optimism = optimism
+        return gen
+
+    systems = ["target"] + [f"gamma={g}" for g in args.gammas.split(",") if g] + \
+        [f"auto optimism={float(z):g}" for z in args.optimism.split(",")]
+    setting = {s: (int(s.split("=")[1]), None) if s.startswith("gamma=") else ("auto", float(s.split("=")[1]))
+               for s in systems[1:]}
+    kept = {s: make(z if z is not None else 1.0) for s, (_, z) in setting.items()}
+    stats: dict = {s: [] for s in systems[1:]}
+
+    def run(system, seed):
+        outs, t0 = [], time.perf_counter()
+        for i, enc in enumerate(inputs):
+            if system == "target":
+                torch.manual_seed(seed + i)
+                seq = target.generate(**enc, max_new_tokens=n_new, min_new_tokens=n_new,
+                                      pad_token_id=tok.pad_token_id, **sampling)
+            else:
+                gamma, z = setting[system]
+                gen = make(z if z is not None else 1.0) if args.fresh else kept[system]
+                o = gen.generate(enc["input_ids"], enc["attention_mask"], max_new_tokens=n_new, gamma=gamma,
+                                 seed=seed + i, eos_token_id=[], **sampling)
+                seq = o.sequences
+                stats[system].append(o.stats)
+            outs.append(seq[:, enc["input_ids"].shape[1]:])
+        return time.perf_counter() - t0, outs
+
+    for s in systems:
+        run(s, 0)  # warm-up (and the cost model, measured once per process)
+    for s in stats:
+        stats[s].clear()
+    eos = eos_ids(target, tok)
+    times: dict = {s: [] for s in systems}
+    equal = {s: True for s in systems[1:]}
+    for rep in range(args.repeats):
+        ref = None
+        for s in systems:
+            dt, outs = run(s, 1000 * (rep + 1))
+            times[s].append(dt)
+            if s == "target":
+                ref = outs
+            elif greedy:
+                equal[s] &= all(greedy_prefix_equal(o, r, eos)[0] for o, r in zip(outs, ref))
+    n = n_new * len(inputs)
+    tps = {k: statistics.median(n / t for t in v) for k, v in times.items()}
+    merged = {k: GenerationStats.merge(v) for k, v in stats.items()}
+    result = {"pair": args.pair, "prompts": args.prompts or "held-out", "n_prompts": len(inputs),
+              "max_new_tokens": n_new, "temperature": args.temperature, "draft_dtype": args.draft_dtype,
+              "fresh": args.fresh, "repeats": args.repeats, "threads": args.threads, "tokens_per_second": tps,
+              "speedup_vs_target": {k: v / tps["target"] for k, v in tps.items()},
+              "times": times,
+              "tokens_per_target_call": {k: m.tokens_per_target_call for k, m in merged.items()},
+              "plain_steps": {k: m.plain_steps for k, m in merged.items()},
+              "target_calls": {k: m.target_calls for k, m in merged.items()},
+              "greedy_equals_generate": equal if greedy else None}
+    print(json.dumps(result, indent=1))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
