@@ -9,11 +9,15 @@ does. Rows run to max_new_tokens (no EOS); greedy outputs must equal `generate`'
 Medians over repeats.
 
     python benchmarks/bench_policy_ab.py [--prompts benchmarks/prompts/unseen_code.json --num-prompts 8]
-        [--temperature 1] [--optimism 0,1] [--gammas 2,4] [--draft-dtype float16] [--out r.json]
+        [--temperature 1] [--optimism 0,1] [--gammas 2,4] [--draft-dtypes float32,float16] [--out r.json]
+
+With several `--draft-dtypes` every gamma and optimism runs once per dtype of the draft (the target stays as
+loaded), so a half-precision draft is timed against the fp32 one in the same rounds.
 """
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import statistics
 import time
@@ -30,7 +34,7 @@ def main() -> None:
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--optimism", default="0,1", help="optimism values of the gamma='auto' systems")
     ap.add_argument("--gammas", default="2,4", help="fixed gammas timed beside them")
-    ap.add_argument("--draft-dtype", default=None, help="cast the draft, e.g. float16 or bfloat16")
+    ap.add_argument("--draft-dtypes", default="float32", help="the draft's dtypes, e.g. float32,float16")
     ap.add_argument("--fresh", action=argparse.BooleanOptionalAction, default=True,
                     help="a fresh generator for every call (default), as every CLI invocation has")
     ap.add_argument("--repeats", type=int, default=3)
@@ -48,9 +52,9 @@ def main() -> None:
 
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
-    target, draft, tok = es.load_pair(args.pair)
-    if args.draft_dtype:
-        draft = draft.to(getattr(torch, args.draft_dtype))
+    target, draft32, tok = es.load_pair(args.pair)
+    dtypes = args.draft_dtypes.split(",")
+    drafts = {d: copy.deepcopy(draft32).to(getattr(torch, d)) for d in dtypes}
     prompts = (load_prompts(args.prompts) if args.prompts else pair_prompts(args.pair))[: args.num_prompts]
     inputs = [tok(p, return_tensors="pt") for p in prompts]
     greedy = args.temperature == 0
@@ -66,16 +70,17 @@ def main() -> None:
                 policy.optimism = self.optimism
             return policy
 
-    def make(optimism: float):
-        gen = Generator(target, draft)
+    def make(optimism: float, dtype: str):
+        gen = Generator(target, drafts[dtype])
         gen.optimism = optimism
         return gen
 
-    systems = ["target"] + [f"gamma={g}" for g in args.gammas.split(",") if g] + \
-        [f"auto optimism={float(z):g}" for z in args.optimism.split(",")]
-    setting = {s: (int(s.split("=")[1]), None) if s.startswith("gamma=") else ("auto", float(s.split("=")[1]))
-               for s in systems[1:]}
-    kept = {s: make(z if z is not None else 1.0) for s, (_, z) in setting.items()}
+    tag = (lambda d: f" {d}") if len(dtypes) > 1 else (lambda d: "")
+    setting = {f"gamma={g}{tag(d)}": (int(g), 1.0, d) for d in dtypes for g in args.gammas.split(",") if g}
+    setting |= {f"auto optimism={float(z):g}{tag(d)}": ("auto", float(z), d)
+                for d in dtypes for z in args.optimism.split(",")}
+    systems = ["target"] + list(setting)
+    kept = {s: make(z, d) for s, (_, z, d) in setting.items()}
     stats: dict = {s: [] for s in systems[1:]}
 
     def run(system, seed):
@@ -86,8 +91,8 @@ def main() -> None:
                 seq = target.generate(**enc, max_new_tokens=n_new, min_new_tokens=n_new,
                                       pad_token_id=tok.pad_token_id, **sampling)
             else:
-                gamma, z = setting[system]
-                gen = make(z if z is not None else 1.0) if args.fresh else kept[system]
+                gamma, z, dtype = setting[system]
+                gen = make(z, dtype) if args.fresh else kept[system]
                 o = gen.generate(enc["input_ids"], enc["attention_mask"], max_new_tokens=n_new, gamma=gamma,
                                  seed=seed + i, eos_token_id=[], **sampling)
                 seq = o.sequences
@@ -115,7 +120,7 @@ def main() -> None:
     tps = {k: statistics.median(n / t for t in v) for k, v in times.items()}
     merged = {k: GenerationStats.merge(v) for k, v in stats.items()}
     result = {"pair": args.pair, "prompts": args.prompts or "held-out", "n_prompts": len(inputs),
-              "max_new_tokens": n_new, "temperature": args.temperature, "draft_dtype": args.draft_dtype,
+              "max_new_tokens": n_new, "temperature": args.temperature, "draft_dtypes": dtypes,
               "fresh": args.fresh, "repeats": args.repeats, "threads": args.threads, "tokens_per_second": tps,
               "speedup_vs_target": {k: v / tps["target"] for k, v in tps.items()},
               "times": times,

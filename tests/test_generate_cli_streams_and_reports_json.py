@@ -57,6 +57,7 @@ def test_streamed_text_and_table_with_prompt_lookup_and_batch(pair, capsys):
     (["--gamma", "0"], "gamma"),
     (["--method", "token", "--top-p", "2"], "--top-p"),
     (["--draft-other"], "differs"),
+    (["--draft-dtype", "float8"], "--draft-dtype"),
 ])
 def test_bad_input_exits_2_with_message(pair, capsys, argv, message):
     draft = str(pair / ("other" if argv == ["--draft-other"] else "draft"))
@@ -64,3 +65,19 @@ def test_bad_input_exits_2_with_message(pair, capsys, argv, message):
     rc = main(["generate", "--target", str(pair / "target"), "--draft", draft, *argv, "w1 w2"])
     assert rc == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_half_precision_draft_keeps_greedy_output_the_targets(pair, capsys):
+    """--draft-dtype float16/bfloat16 runs the draft in that dtype under the fp32 target: greedy output is
+    still the target's own, token for token; with --prompt-lookup there is no draft to cast (exit 2)."""
+    base = ["generate", "--target", str(pair / "target"), "--json", "--max-new-tokens", "12", "--temperature", "0",
+            "--gamma", "3", "w5 w6 w7 w5 w6"]
+    assert main([*base, "--draft", str(pair / "draft")]) == 0
+    reference = json.loads(capsys.readouterr().out)["token_ids"]
+    for dtype in ("float16", "bfloat16"):
+        assert main([*base, "--draft", str(pair / "draft"), "--draft-dtype", dtype]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["token_ids"] == reference and out["stats"]["drafted_tokens"] > 0
+    assert main([*base, "--prompt-lookup", "--draft-dtype", "float16"]) == 2
+    err = capsys.readouterr().err
+    assert "--draft-dtype" in err and len(err.strip().splitlines()) == 1

@@ -94,6 +94,24 @@ def pair(text: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+DRAFT_DTYPES = ("float32", "float16", "bfloat16")
+DRAFT_DTYPE_HELP = ("run the draft in this dtype: float32, float16 or bfloat16 (default: as loaded). Exactness "
+                    "does not depend on it; on a CPU where reading the draft's weights is the cost, a half-"
+                    "precision draft is a faster one (the shipped demo draft is stored in float16)")
+
+
+def cast_draft(draft, dtype: str | None):
+    """`draft` in `dtype` (a name from DRAFT_DTYPES), or as it is for None; a ValueError naming --draft-dtype
+    when there is no draft model to cast."""
+    if dtype is None:
+        return draft
+    if draft is None:
+        raise ValueError("--draft-dtype needs a draft model (not --prompt-lookup)")
+    import torch
+
+    return draft.to(getattr(torch, dtype))
+
+
 def check_out_file(option: str, path: str) -> None:
     """An output file whose directory exists (checked before any work is spent)."""
     import os

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from exactspec.cli import SEED, check_in_file, integer, pair, real
+from exactspec.cli import DRAFT_DTYPE_HELP, DRAFT_DTYPES, SEED, cast_draft, check_in_file, integer, pair, real
 
 
 def register(sub) -> None:
@@ -15,6 +15,7 @@ def register(sub) -> None:
                    "pair, the default) or smollm2 (SmolLM2-135M-Instruct and its distilled draft; chat prompts)")
     p.add_argument("--chat", action=argparse.BooleanOptionalAction, default=None,
                    help="wrap each prompt as a user message with the chat template (default: on for a chat pair)")
+    p.add_argument("--draft-dtype", choices=DRAFT_DTYPES, help=DRAFT_DTYPE_HELP)
     p.add_argument("--prompts", help="prompt file: JSON (a list, or {\"prompts\": [...]}) or text with one prompt "
                    "per blank-line-separated block (default: the demo pair's held-out prompts); e.g. "
                    "benchmarks/prompts/unseen_code.json, the hand-written unseen set")
@@ -126,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
     # transformers' assisted generation warns about the arguments it passes itself; not the user's concern.
     hf_logging.set_verbosity_error()
     target, draft, tokenizer = _load(args, pair)
+    draft = cast_draft(draft, args.draft_dtype)
     prompts = prompts[: args.num_prompts]
     if chat:
         try:

@@ -12,7 +12,7 @@ import io
 import json
 import sys
 
-from exactspec.cli import SEED, device, integer, pair, real
+from exactspec.cli import DRAFT_DTYPE_HELP, DRAFT_DTYPES, SEED, cast_draft, device, integer, pair, real
 
 # One palette for `generate` and `demo`.
 STYLES = {"prompt": "dim", "accepted": "bold green", "corrected": "bold red", "bonus": "bold cyan"}
@@ -35,6 +35,7 @@ def register(subparsers) -> None:
     p.add_argument("--chat", action=argparse.BooleanOptionalAction, default=None,
                    help="wrap each prompt as a user message with the tokenizer's chat template (default: on for "
                         "a chat pair such as --pair smollm2, off otherwise)")
+    p.add_argument("--draft-dtype", choices=DRAFT_DTYPES, help=DRAFT_DTYPE_HELP)
     p.add_argument("--prompt-lookup", action="store_true", help="draft by n-gram prompt lookup (no draft model)")
     p.add_argument("--ngram", type=integer(1), default=3, metavar="N",
                    help="longest n-gram --prompt-lookup matches (tries N down to 1; default 3)")
@@ -68,6 +69,8 @@ def load_models(args):
     from exactspec.demo import load_pair
 
     hf_logging.disable_progress_bar()  # stderr stays for errors
+    if args.draft_dtype and args.prompt_lookup:  # (before any model loads)
+        raise ValueError("--draft-dtype needs a draft model (not --prompt-lookup)")
     if args.pair is not None:
         from exactspec.pairs import is_chat, load_pair as load_named
 
@@ -78,14 +81,14 @@ def load_models(args):
             args.chat = is_chat(name)
         with contextlib.redirect_stderr(io.StringIO()):
             target, draft, tok = load_named(name, device=args.device)
-        return target, (None if args.prompt_lookup else draft), tok
+        return target, cast_draft(None if args.prompt_lookup else draft, args.draft_dtype), tok
     if args.prompt_lookup and args.draft:
         raise ValueError("--prompt-lookup and --draft exclude each other")
     if args.target is not None and args.draft is None and not args.prompt_lookup:
         raise ValueError("--target needs --draft or --prompt-lookup")
     with contextlib.redirect_stderr(io.StringIO()):  # transformers' GGUF loader draws a plain tqdm bar there
         target, draft, tok = load_pair(args.target, args.draft, device=args.device)
-    return target, (None if args.prompt_lookup else draft), tok
+    return target, cast_draft(None if args.prompt_lookup else draft, args.draft_dtype), tok
 
 
 def chat_prompt(tok, prompt: str) -> str:
