@@ -133,6 +133,9 @@ def test_a_few_unlucky_first_verdicts_do_not_turn_drafting_off():
 
     assert after(1, optimism=1.0) > 0 and after(1, optimism=0.0) == 0
     assert after(30, optimism=1.0) == 0  # thirty rejections: no length pays, even optimistically
+    for bad in (-1.0, float("nan"), "1"):
+        with pytest.raises(ValueError, match="optimism"):
+            AdaptivePolicy(steep, 8, optimism=bad)
 
 
 def test_a_deeper_position_rejected_once_is_still_drafted_while_its_evidence_is_thin():

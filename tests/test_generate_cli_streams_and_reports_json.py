@@ -81,3 +81,28 @@ def test_a_half_precision_draft_keeps_greedy_output_the_targets(pair, capsys):
     assert main([*base, "--prompt-lookup", "--draft-dtype", "float16"]) == 2
     err = capsys.readouterr().err
     assert "--draft-dtype" in err and len(err.strip().splitlines()) == 1
+
+
+def test_casting_a_draft_that_borrows_the_targets_embedding_leaves_the_target_as_it_was():
+    """The smollm2 draft shares the target's embedding module; --draft-dtype copies what is shared before
+    casting, so the target keeps fp32 weights and its own logits (a cast in place would change its law)."""
+    from exactspec import SpeculativeGenerator
+    from exactspec.cli import cast_draft
+
+    target = tiny_lm("llama", seed=0, dtype=torch.float32)
+    draft = noisy_copy(target, 0.05)
+    draft.model.embed_tokens = target.model.embed_tokens  # borrowed, as exactspec.smollm2 does
+    ids = torch.tensor([[5, 9, 13, 5, 9]])
+    with torch.no_grad():
+        before = target(ids).logits
+    cast_draft(draft, "float16", target)
+    assert all(p.dtype == torch.float32 for p in target.parameters())
+    assert draft.model.embed_tokens.weight.dtype == torch.float16
+    assert draft.model.embed_tokens.weight.data_ptr() != target.model.embed_tokens.weight.data_ptr()
+    with torch.no_grad():
+        assert torch.equal(target(ids).logits, before)
+    out = SpeculativeGenerator(target, draft).generate(ids, max_new_tokens=10, do_sample=False, gamma=3,
+                                                       eos_token_id=[], pad_token_id=0)
+    reference = target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=10, do_sample=False,
+                                eos_token_id=None, pad_token_id=0)
+    assert torch.equal(out.sequences, reference)

@@ -193,7 +193,10 @@ class AdaptivePolicy:
 
     def __init__(self, cost_model, max_gamma: int, state: DraftingState | None = None, *,
                  free_draft: bool = False, first_gap: int = 4, max_probe_gap: int = 64, optimism: float = 1.0):
-        self.max_gamma, self.free_draft, self.optimism = max_gamma, free_draft, optimism
+        from exactspec.checks import check_real
+
+        self.max_gamma, self.free_draft = max_gamma, free_draft
+        self.optimism = check_real("optimism", optimism, min=0.0)
         self.state = state if state is not None else DraftingState(probe_gap=first_gap)
         self.model = self.state.model
         self._first_gap, self.max_probe_gap = first_gap, max_probe_gap

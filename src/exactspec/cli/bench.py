@@ -127,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
     # transformers' assisted generation warns about the arguments it passes itself; not the user's concern.
     hf_logging.set_verbosity_error()
     target, draft, tokenizer = _load(args, pair)
-    draft = cast_draft(draft, args.draft_dtype)
+    draft = cast_draft(draft, args.draft_dtype, target)
     prompts = prompts[: args.num_prompts]
     if chat:
         try:

@@ -81,14 +81,14 @@ def load_models(args):
             args.chat = is_chat(name)
         with contextlib.redirect_stderr(io.StringIO()):
             target, draft, tok = load_named(name, device=args.device)
-        return target, cast_draft(None if args.prompt_lookup else draft, args.draft_dtype), tok
+        return target, cast_draft(None if args.prompt_lookup else draft, args.draft_dtype, target), tok
     if args.prompt_lookup and args.draft:
         raise ValueError("--prompt-lookup and --draft exclude each other")
     if args.target is not None and args.draft is None and not args.prompt_lookup:
         raise ValueError("--target needs --draft or --prompt-lookup")
     with contextlib.redirect_stderr(io.StringIO()):  # transformers' GGUF loader draws a plain tqdm bar there
         target, draft, tok = load_pair(args.target, args.draft, device=args.device)
-    return target, cast_draft(None if args.prompt_lookup else draft, args.draft_dtype), tok
+    return target, cast_draft(None if args.prompt_lookup else draft, args.draft_dtype, target), tok
 
 
 def chat_prompt(tok, prompt: str) -> str:
