@@ -11,44 +11,32 @@ must equal the target's token for token. Medians over repeats.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 
 import torch
+from _abcommon import add_common, dump, prompts_of, setup
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--a", required=True, help="the first draft's directory")
     ap.add_argument("--b", required=True, help="the second draft's directory")
-    ap.add_argument("--prompts", default=None, help="a prompt file (default: the pair's held-out prompts)")
-    ap.add_argument("--num-prompts", type=int, default=6)
-    ap.add_argument("--max-new-tokens", type=int, default=64)
+    add_common(ap, repeats=3, pair=False)
     ap.add_argument("--gammas", default="2,auto")
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--top-p", type=float, default=None)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--out", default=None, help="write the result as JSON here")
     args = ap.parse_args()
-    torch.set_num_threads(args.threads)
-    from transformers.utils import logging as hf_logging
-
+    setup(args)
     import exactspec as es
-    from exactspec.bench import load_prompts
-    from exactspec.pairs import chat_prompt
-    from exactspec.smollm2 import heldout_prompts, load_draft, load_target
+    from exactspec.smollm2 import load_draft, load_target
     from exactspec.stats import GenerationStats
 
-    hf_logging.disable_progress_bar()
-    hf_logging.set_verbosity_error()
     target, tok = load_target()
     import pathlib
 
     drafts = {"a": load_draft(target, pathlib.Path(args.a)), "b": load_draft(target, pathlib.Path(args.b))}
-    prompts = (load_prompts(args.prompts) if args.prompts else heldout_prompts())[: args.num_prompts]
-    inputs = [tok(chat_prompt(tok, p), return_tensors="pt", add_special_tokens=False).input_ids for p in prompts]
+    inputs = [tok(p, return_tensors="pt", add_special_tokens=False).input_ids for p in prompts_of(args, "smollm2", tok)]
     greedy = args.temperature == 0
     sampling = dict(do_sample=False) if greedy else dict(do_sample=True, temperature=args.temperature,
                                                            top_p=args.top_p, top_k=0)
@@ -94,10 +82,7 @@ def main() -> None:
               "tokens_per_target_call": {k: GenerationStats.merge(v).tokens_per_target_call for k, v in stats.items()},
               "plain_steps": {k: GenerationStats.merge(v).plain_steps for k, v in stats.items()},
               "b_over_a": {str(g): tps[str(("b", g))] / tps[str(("a", g))] for g in gammas}}
-    print(json.dumps(result, indent=1))
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=1)
+    dump(result, args.out)
 
 
 if __name__ == "__main__":

@@ -7,43 +7,25 @@ transformers' forward (EXACTSPEC_LEAN_DRAFT=0) and through exactspec.leanforward
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import time
 
 import torch
+from _abcommon import add_common, dump, prompts_of, setup
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--pair", default="stdlib")
-    ap.add_argument("--prompts", default=None, help="a prompt file (default: the pair's held-out prompts)")
-    ap.add_argument("--num-prompts", type=int, default=6)
-    ap.add_argument("--max-new-tokens", type=int, default=64)
+    add_common(ap, repeats=5)
     ap.add_argument("--gammas", default="2,4,auto")
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--out", default=None, help="write the result as JSON here")
     args = ap.parse_args()
-    torch.set_num_threads(args.threads)
-    from transformers.utils import logging as hf_logging
-
+    setup(args)
     import exactspec as es
-    from exactspec.pairs import chat_prompt, is_chat, pair_prompts
-    from exactspec.bench import eos_ids, greedy_prefix_equal, load_prompts
+    from exactspec.bench import eos_ids, greedy_prefix_equal
 
-    hf_logging.disable_progress_bar()
-    hf_logging.set_verbosity_error()
     target, draft, tok = es.load_pair(args.pair)
-    if args.prompts:
-        prompts = load_prompts(args.prompts)
-    else:
-        prompts = pair_prompts(args.pair)
-    prompts = prompts[: args.num_prompts]
-    if is_chat(args.pair):
-        prompts = [chat_prompt(tok, p) for p in prompts]
-    inputs = [tok(p, return_tensors="pt").input_ids for p in prompts]
+    inputs = [tok(p, return_tensors="pt").input_ids for p in prompts_of(args, args.pair, tok)]
     gens: dict = {}  # a generator per system: gamma="auto" learns costs and acceptance per generator
     gammas = [g if g == "auto" else int(g) for g in args.gammas.split(",")]
 
@@ -84,10 +66,7 @@ def main() -> None:
     for g in gammas:
         result.setdefault("lean_over_transformers", {})[str(g)] = (
             statistics.median(times[str(("transformers", g))]) / statistics.median(times[str(("lean", g))]))
-    print(json.dumps(result, indent=1))
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=1)
+    dump(result, args.out)
 
 
 if __name__ == "__main__":

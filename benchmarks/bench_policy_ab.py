@@ -18,45 +18,33 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import statistics
 import time
 
 import torch
+from _abcommon import add_common, dump, prompts_of, setup
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--pair", default="stdlib")
-    ap.add_argument("--prompts", default=None, help="a prompt file (default: the pair's held-out prompts)")
-    ap.add_argument("--num-prompts", type=int, default=6)
-    ap.add_argument("--max-new-tokens", type=int, default=64)
+    add_common(ap, repeats=3)
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--optimism", default="0,1", help="optimism values of the gamma='auto' systems")
     ap.add_argument("--gammas", default="2,4", help="fixed gammas timed beside them")
     ap.add_argument("--draft-dtypes", default="float32", help="the draft's dtypes, e.g. float32,float16")
     ap.add_argument("--fresh", action=argparse.BooleanOptionalAction, default=True,
                     help="a fresh generator for every call (default), as every CLI invocation has")
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--out", default=None, help="write the result as JSON here")
     args = ap.parse_args()
-    torch.set_num_threads(args.threads)
-    from transformers.utils import logging as hf_logging
-
+    setup(args)
     import exactspec as es
-    from exactspec.bench import eos_ids, greedy_prefix_equal, load_prompts
-    from exactspec.pairs import pair_prompts
+    from exactspec.bench import eos_ids, greedy_prefix_equal
     from exactspec.policy import AdaptivePolicy
     from exactspec.stats import GenerationStats
 
-    hf_logging.disable_progress_bar()
-    hf_logging.set_verbosity_error()
     target, draft32, tok = es.load_pair(args.pair)
     dtypes = args.draft_dtypes.split(",")
     drafts = {d: copy.deepcopy(draft32).to(getattr(torch, d)) for d in dtypes}
-    prompts = (load_prompts(args.prompts) if args.prompts else pair_prompts(args.pair))[: args.num_prompts]
-    inputs = [tok(p, return_tensors="pt") for p in prompts]
+    inputs = [tok(p, return_tensors="pt") for p in prompts_of(args, args.pair, tok)]
     greedy = args.temperature == 0
     sampling = dict(do_sample=False) if greedy else dict(do_sample=True, temperature=args.temperature, top_k=0)
     n_new = args.max_new_tokens
@@ -128,10 +116,7 @@ def main() -> None:
               "plain_steps": {k: m.plain_steps for k, m in merged.items()},
               "target_calls": {k: m.target_calls for k, m in merged.items()},
               "greedy_equals_generate": equal if greedy else None}
-    print(json.dumps(result, indent=1))
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=1)
+    dump(result, args.out)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,45 @@
+"""What the interleaved A/B scripts of benchmarks/ share: their common options, a quiet transformers, the
+prompts of a shipped pair (chat-wrapped for a chat pair), and the JSON result."""
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def add_common(ap: argparse.ArgumentParser, *, repeats: int, pair: bool = True) -> None:
+    """--pair (unless `pair` is False), --prompts, --num-prompts, --max-new-tokens, --repeats, --threads, --out."""
+    if pair:
+        ap.add_argument("--pair", default="stdlib")
+    ap.add_argument("--prompts", default=None, help="a prompt file (default: the pair's held-out prompts)")
+    ap.add_argument("--num-prompts", type=int, default=6)
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=repeats)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out", default=None, help="write the result as JSON here")
+
+
+def setup(args) -> None:
+    """Threads as asked; transformers without progress bars or the warnings it raises about its own calls."""
+    import torch
+    from transformers.utils import logging as hf_logging
+
+    torch.set_num_threads(args.threads)
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+
+
+def prompts_of(args, pair: str, tok) -> list[str]:
+    """The first --num-prompts of --prompts (default: `pair`'s held-out prompts), chat-wrapped for a chat pair."""
+    from exactspec.bench import load_prompts
+    from exactspec.pairs import chat_prompt, is_chat, pair_prompts
+
+    prompts = (load_prompts(args.prompts) if args.prompts else pair_prompts(pair))[: args.num_prompts]
+    return [chat_prompt(tok, p) for p in prompts] if is_chat(pair) else prompts
+
+
+def dump(result: dict, out: str | None) -> None:
+    """Print `result` as JSON, and write it to `out` when given."""
+    print(json.dumps(result, indent=1))
+    if out:
+        with open(out, "w") as f:
+            json.dump(result, f, indent=1)
