@@ -41,9 +41,9 @@ def main() -> None:
     from exactspec.policy import AdaptivePolicy
     from exactspec.stats import GenerationStats
 
-    target, draft32, tok = es.load_pair(args.pair)
+    target, loaded, tok = es.load_pair(args.pair)
     dtypes = args.draft_dtypes.split(",")
-    drafts = {d: copy.deepcopy(draft32).to(getattr(torch, d)) for d in dtypes}
+    drafts = {d: copy.deepcopy(loaded).to(getattr(torch, d)) for d in dtypes}
     inputs = [tok(p, return_tensors="pt") for p in prompts_of(args, args.pair, tok)]
     greedy = args.temperature == 0
     sampling = dict(do_sample=False) if greedy else dict(do_sample=True, temperature=args.temperature, top_k=0)

@@ -19,7 +19,7 @@ def test_pair_loads_offline_with_promised_sizes(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     target, draft, tokenizer = load_demo_pair()
     assert type(target).__name__ == "LlamaForCausalLM" and type(draft).__name__ == "LlamaForCausalLM"
-    assert target.dtype == torch.float32
+    assert target.dtype == torch.float32 and draft.dtype == torch.float16  # the draft in its stored precision
     n_target = sum(p.numel() for p in target.parameters())
     n_draft = sum(p.numel() for p in draft.parameters())
     assert n_target >= 20_000_000
@@ -53,4 +53,19 @@ def test_greedy_speculative_equals_target_generate_on_demo_pair(pair64, method):
         enc["input_ids"], enc["attention_mask"], max_new_tokens=24, do_sample=False, gamma=4, method=method,
         eos_token_id=[], pad_token_id=tokenizer.pad_token_id)
     assert out.stats.accepted_tokens > 0  # the draft really did contribute tokens
+    torch.testing.assert_close(out.sequences, ref, rtol=0, atol=0)
+
+
+def test_the_default_pair_with_its_fp16_draft_still_decodes_as_the_fp32_target_alone():
+    """As loaded by default (fp32 target, fp16 draft), greedy speculation is still the target's own greedy
+    decoding, on a ragged batch; the draft's rounding only changes how many tokens it gets accepted."""
+    target, draft, tokenizer = load_demo_pair()
+    tokenizer.padding_side = "left"
+    enc = tokenizer(demo_prompts()[2:5], return_tensors="pt", padding=True)
+    ref = target.generate(**enc, max_new_tokens=24, do_sample=False, pad_token_id=tokenizer.pad_token_id,
+                          eos_token_id=None)
+    out = SpeculativeGenerator(target, draft).generate(
+        enc["input_ids"], enc["attention_mask"], max_new_tokens=24, do_sample=False,
+        eos_token_id=[], pad_token_id=tokenizer.pad_token_id)
+    assert out.stats.accepted_tokens > 0
     torch.testing.assert_close(out.sequences, ref, rtol=0, atol=0)

@@ -28,7 +28,8 @@ def is_chat(name: str) -> bool:
 
 
 def load_pair(name: str = "stdlib", dtype=None, device: str = "cpu"):
-    """`(target, draft, tokenizer)` of a shipped pair, offline, in eval mode (fp32 unless `dtype`)."""
+    """`(target, draft, tokenizer)` of a shipped pair, offline, in eval mode: fp32, except the stdlib pair's draft
+    in its stored fp16; `dtype` sets both models."""
     from exactspec.checks import check_device, check_float_dtype
 
     name = pair_name(name)

@@ -95,9 +95,9 @@ def pair(text: str) -> str:
 
 
 DRAFT_DTYPES = ("float32", "float16", "bfloat16")
-DRAFT_DTYPE_HELP = ("run the draft in this dtype: float32, float16 or bfloat16 (default: as loaded). Exactness "
-                    "does not depend on it; on a CPU where reading the draft's weights is the cost, a half-"
-                    "precision draft is a faster one (the shipped demo draft is stored in float16)")
+DRAFT_DTYPE_HELP = ("run the draft in this dtype: float32, float16 or bfloat16 (default: as loaded, float16 for "
+                    "the stdlib pair's draft). Exactness does not depend on it; on a CPU where reading the "
+                    "draft's weights is the cost, a half-precision draft is a faster one")
 
 
 def cast_draft(draft, dtype: str | None, target=None):
