@@ -17,3 +17,8 @@ $B --repeats 5 --gammas "" --temperature 1 --out $R/ab5_heldout_t1.json
 # the shipped draft in fp16 (its shipped precision) against fp32, same rounds
 $B --repeats 3 --gammas 4 --optimism 1 --draft-dtypes float32,float16 --out $R/ab_fp16_heldout_greedy.json
 $B --repeats 3 --gammas 4 --optimism 1 --draft-dtypes float32,float16 --prompts benchmarks/prompts/unseen_code.json --num-prompts 8 --temperature 1 --out $R/ab_fp16_unseen_t1.json
+.venv/bin/exactspec bench --prompts benchmarks/prompts/unseen_code.json --num-prompts 8 --max-new-tokens 64 --gammas 2,3,4 --repeats 3 --tree none --systems token --out $R/unseen_greedy_fp16 > $R/unseen_greedy_fp16.out 2>&1  # with the fp16 draft now the default
+.venv/bin/exactspec bench --draft-dtype float16 --max-new-tokens 64 --gammas 2,3,4 --repeats 3 --num-prompts 6 --tree none --systems token --out $R/heldout_greedy_fp16 > $R/heldout_greedy_fp16.out 2>&1
+# the fp16 A/Bs on the other two prompt sets
+$B --repeats 3 --gammas 4 --optimism 1 --draft-dtypes float32,float16 --prompts benchmarks/prompts/unseen_code.json --num-prompts 8 --out $R/ab_fp16_unseen_greedy.json
+$B --repeats 3 --gammas 4 --optimism 1 --draft-dtypes float32,float16 --temperature 1 --out $R/ab_fp16_heldout_t1.json
