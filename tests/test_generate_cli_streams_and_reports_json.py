@@ -84,10 +84,9 @@ def test_a_half_precision_draft_keeps_greedy_output_the_targets(pair, capsys):
 
 
 def test_casting_a_draft_that_borrows_the_targets_embedding_leaves_the_target_as_it_was():
-    """The smollm2 draft shares the target's embedding module; --draft-dtype copies what is shared before
-    casting, so the target keeps fp32 weights and its own logits (a cast in place would change its law)."""
-    from exactspec import SpeculativeGenerator
-    from exactspec.cli import cast_draft
+    """The smollm2 draft shares the target's embedding module; draft_in_dtype (behind --draft-dtype) copies
+    what is shared before casting, so the target keeps fp32 weights and its own logits (a cast in place would change its law)."""
+    from exactspec import SpeculativeGenerator, draft_in_dtype
 
     target = tiny_lm("llama", seed=0, dtype=torch.float32)
     draft = noisy_copy(target, 0.05)
@@ -95,7 +94,10 @@ def test_casting_a_draft_that_borrows_the_targets_embedding_leaves_the_target_as
     ids = torch.tensor([[5, 9, 13, 5, 9]])
     with torch.no_grad():
         before = target(ids).logits
-    cast_draft(draft, "float16", target)
+    for bad in ("float8", "nn", None, torch.int8):
+        with pytest.raises(ValueError, match="dtype"):
+            draft_in_dtype(draft, bad, target)
+    draft_in_dtype(draft, "float16", target)
     assert all(p.dtype == torch.float32 for p in target.parameters())
     assert draft.model.embed_tokens.weight.dtype == torch.float16
     assert draft.model.embed_tokens.weight.data_ptr() != target.model.embed_tokens.weight.data_ptr()

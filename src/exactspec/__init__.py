@@ -11,7 +11,8 @@ Public API (imported lazily so that `exactspec explain` starts fast):
 - acceptance: expected_accepted_token_rule, expected_accepted_block, multi_draft_acceptance
 - decoding:   SpeculativeGenerator
 - demo:       load_demo_pair
-- pairs:      load_pair ("stdlib" = the demo pair, "smollm2" = SmolLM2-135M-Instruct and its distilled draft)
+- pairs:      load_pair ("stdlib" = the demo pair, "smollm2" = SmolLM2-135M-Instruct and its distilled draft),
+              draft_in_dtype (a draft cast without touching what it shares with its target)
 """
 from __future__ import annotations
 
@@ -54,6 +55,7 @@ _EXPORTS = {
     "PromptLookupDrafter": "drafters",
     "load_demo_pair": "demo",
     "load_pair": "pairs",
+    "draft_in_dtype": "pairs",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

@@ -44,6 +44,30 @@ def load_pair(name: str = "stdlib", dtype=None, device: str = "cpu"):
     return smollm2.load_pair(dtype=dtype, device=device)
 
 
+def draft_in_dtype(draft, dtype, target=None):
+    """`draft` cast to `dtype` (a torch dtype or its name: "float16", "bfloat16", ...), in place, after giving
+    it its own copy of every module it shares with `target` (the smollm2 draft borrows the target's
+    embedding): a plain ``draft.half()`` would cast that module under the target too and change its law.
+    Exactness never depends on the draft's dtype; speed may (docs/generation.md)."""
+    import copy
+
+    import torch
+
+    from exactspec.checks import ArgumentTypeError, check_float_dtype
+
+    dtype = getattr(torch, dtype, dtype) if isinstance(dtype, str) else dtype  # an unknown name stays a name
+    if dtype is None:
+        raise ArgumentTypeError("dtype must be a floating torch.dtype or its name (e.g. 'float16'), got None")
+    check_float_dtype("dtype", dtype)
+    theirs = {id(p) for p in target.parameters()} if target is not None else set()
+    shared = [name for name, m in draft.named_modules() if any(id(p) in theirs for p in m.parameters(recurse=False))]
+    for name in shared:  # (a module's direct parameters; its children are visited on their own)
+        parent, _, leaf = name.rpartition(".")
+        owner = draft.get_submodule(parent) if parent else draft
+        setattr(owner, leaf, copy.deepcopy(getattr(owner, leaf)))
+    return draft.to(dtype)
+
+
 def pair_prompts(name: str) -> list[str]:
     """The pair's held-out prompts (never trained on): code for stdlib, user messages for smollm2."""
     name = pair_name(name)

@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from exactspec.checks import check_real
+
 __all__ = ["FixedPolicy", "AdaptivePolicy", "AcceptanceModel", "DraftingState"]
 
 # Bin edges over the draft's top probability; finer near 1, where a good draft spends most positions.
@@ -193,8 +195,6 @@ class AdaptivePolicy:
 
     def __init__(self, cost_model, max_gamma: int, state: DraftingState | None = None, *,
                  free_draft: bool = False, first_gap: int = 4, max_probe_gap: int = 64, optimism: float = 1.0):
-        from exactspec.checks import check_real
-
         self.max_gamma, self.free_draft = max_gamma, free_draft
         self.optimism = check_real("optimism", optimism, min=0.0)
         self.state = state if state is not None else DraftingState(probe_gap=first_gap)

@@ -101,24 +101,15 @@ DRAFT_DTYPE_HELP = ("run the draft in this dtype: float32, float16 or bfloat16 (
 
 
 def cast_draft(draft, dtype: str | None, target=None):
-    """`draft` in `dtype` (a name from DRAFT_DTYPES), or as it is for None; a ValueError naming --draft-dtype
-    when there is no draft model to cast. A module the draft shares with `target` (the smollm2 draft
-    borrows the target's embedding) is copied first, so the target keeps its own dtype and law."""
+    """--draft-dtype: `draft` in `dtype` (:func:`exactspec.pairs.draft_in_dtype`), or as it is for None; a
+    ValueError naming --draft-dtype when there is no draft model to cast."""
     if dtype is None:
         return draft
     if draft is None:
         raise ValueError("--draft-dtype needs a draft model (not --prompt-lookup)")
-    import copy
+    from exactspec.pairs import draft_in_dtype
 
-    import torch
-
-    theirs = {id(p) for p in target.parameters()} if target is not None else set()
-    shared = [name for name, m in draft.named_modules() if any(id(p) in theirs for p in m.parameters(recurse=False))]
-    for name in shared:  # (a module's direct parameters; its children are visited on their own)
-        parent, _, leaf = name.rpartition(".")
-        owner = draft.get_submodule(parent) if parent else draft
-        setattr(owner, leaf, copy.deepcopy(getattr(owner, leaf)))
-    return draft.to(getattr(torch, dtype))
+    return draft_in_dtype(draft, dtype, target)
 
 
 def check_out_file(option: str, path: str) -> None:

@@ -69,8 +69,8 @@ def load_models(args):
     from exactspec.demo import load_pair
 
     hf_logging.disable_progress_bar()  # stderr stays for errors
-    if args.draft_dtype and args.prompt_lookup:  # (before any model loads)
-        raise ValueError("--draft-dtype needs a draft model (not --prompt-lookup)")
+    if args.prompt_lookup:  # no draft to cast: --draft-dtype is refused before any model loads
+        cast_draft(None, args.draft_dtype)
     if args.pair is not None:
         from exactspec.pairs import is_chat, load_pair as load_named
 
