@@ -117,3 +117,33 @@ def test_greedy_equality_check_compares_up_to_the_first_eos():
     early = torch.tensor([[5, 0, 7, 8], [1, 2, 3, 4]])
     assert greedy_prefix_equal(early, ref, {0}, cut_from=loop) == (False, 7)
     assert greedy_prefix_equal(ref.clone(), ref, {0}, cut_from=loop) == (True, 7)
+
+
+def test_bench_predicts_each_repeat_from_the_calibration_calls_made_beside_it(tmp_path, capsys):
+    """With two repeats every exactspec system gets one prediction per repeat, each recomputable from that
+    repeat's own calibrated cost model; the reported prediction is their median, and the measured ÷ predicted
+    error is computed against our target-alone loop."""
+    import statistics
+
+    from exactspec import CostModel, end_to_end_speedup
+
+    argv = ["bench", "--num-prompts", "2", "--max-new-tokens", "8", "--repeats", "2", "--threads", "1",
+            "--gammas", "2", "--tree", "none", "--systems", "loop,token (γ=2)", "--json"]
+    assert main(argv) == 0
+    report = json.loads(capsys.readouterr().out)
+    row = next(r for r in report["rows"] if r["system"] == "exactspec token (γ=2)")
+    preds = row["predicted_speedup_by_repeat"]
+    assert len(preds) == 2 and all(p > 0 for p in preds)
+    assert row["predicted_speedup"] == pytest.approx(statistics.median(preds))
+    assert len(report["calibrated_by_repeat"]) == 2
+    last = report["calibrated_by_repeat"][-1]  # the row's acceptance figures are the last repeat's
+    cm = CostModel.from_dict(last["cost_models"][row["system"]])
+    pre = last["prefill_seconds"]
+    assert preds[-1] == pytest.approx(end_to_end_speedup(
+        row["alphas_by_length"], row["length_counts"], cm, pre["n_tokens"], prefill_plain=pre["plain"],
+        prefill_spec=pre[row["system"]], by_length=True))
+    assert preds[0] != preds[1]  # two repeats, two separate calibrations (timings never tie exactly)
+    loop_speedups = row["speedup_vs_exactspec_loop_by_repeat"]
+    assert len(loop_speedups) == 2 and all(s > 0 for s in loop_speedups)
+    err = report["prediction_errors"][row["system"]]
+    assert err == pytest.approx(row["speedup_vs_exactspec_loop"] / row["predicted_speedup"] - 1)

@@ -1,7 +1,8 @@
 """Side-by-side benchmark: target alone, Hugging Face assisted generation, exactspec's rules and drafters.
 
 Every system decodes the same prompts with the same settings; runs are interleaved (A B C A B C ...) so that a
-noisy, shared machine slows all systems alike, and per-system medians over repeats are reported. EOS does not
+noisy, shared machine slows all systems alike; tokens/s are per-system medians over repeats, and every
+speedup is the median over repeats of the ratio within a repeat (paired, so drift between repeats cancels). EOS does not
 stop any system (all produce exactly `max_new_tokens` per row), so tokens/s compare like with like.
 
 Systems are typed records (:class:`System`: kind, gamma, rule, drafter), never parsed back from their
@@ -12,9 +13,9 @@ For each exactspec system the speedup *predicted* from a `CostModel` and the run
 acceptance (:func:`exactspec.prediction.predict`, the one prediction path) is put next to the measured one,
 twice:
 
-- ``predicted_speedup``: the cost model calibrated on untimed passes of the loop, one before each timed
-  repeat (`CostModel.calibrate`: a draft step as it costs inside the loop, and the loop's per-step
-  overhead);
+- ``predicted_speedup``: the cost model calibrated on untimed calls of the loop (`CostModel.calibrate`: a
+  draft step as it costs inside the loop, and the loop's per-step overhead), each made just before the
+  timed call it prices; one prediction per repeat, and their median;
 - ``predicted_speedup_forwards``: bare forward passes only (`CostModel.measure`), as the paper's analysis
   prices a step. The gap between the two is what our loop adds to the forward passes.
 """
@@ -90,11 +91,26 @@ class SystemResult:
     name: str
     times: list[float] = field(default_factory=list)  # seconds per repeat (all prompt batches)
     tokens: list[int] = field(default_factory=list)  # new tokens per repeat
-    stats: list = field(default_factory=list)  # exactspec GenerationStats per call (last repeat)
+    stats_by_repeat: dict = field(default_factory=dict)  # repeat -> exactspec GenerationStats per call
+
+    @property
+    def stats(self) -> list:
+        """The last repeat's GenerationStats, one per call (what the report's acceptance figures read)."""
+        return self.stats_by_repeat[max(self.stats_by_repeat)] if self.stats_by_repeat else []
 
     @property
     def tokens_per_second(self) -> float:
         return statistics.median(n / t for n, t in zip(self.tokens, self.times))
+
+    def ratios_to(self, other: "SystemResult") -> list[float]:
+        """This system's tokens/s over `other`'s, repeat by repeat (the two were timed interleaved)."""
+        return [(n / t) / (n0 / t0) for n, t, n0, t0 in zip(self.tokens, self.times, other.tokens, other.times)]
+
+    def speedup_over(self, other: "SystemResult") -> float:
+        """The median of :meth:`ratios_to`: a repeat's systems ran side by side, prompt batch by prompt batch,
+        so a ratio within one repeat cancels the machine's drift between repeats, which a ratio of two
+        medians taken from different repeats does not."""
+        return statistics.median(self.ratios_to(other))
 
 
 def _batches(tokenizer, prompts: list[str], batch_size: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -251,14 +267,22 @@ def run_bench(target, draft, tokenizer, cfg: BenchConfig, progress=None) -> dict
     eos = eos_ids(target, tokenizer)
     for system in systems.values():  # warm-up: first calls pay for allocation and lazy initialisation
         system.run(*batches[0], cfg.seed)
-    passes = []
+    passes = []  # per repeat: the untimed calibration calls (exactspec systems' statistics, plain seconds)
+    spec_names = [k for k, s in systems.items() if s.kind == "exactspec"]
+    plain_before = next((k for k, s in systems.items() if s.kind == "loop"), spec_names[0] if spec_names else None)
     for r in range(cfg.repeats):
-        # An untimed calibration pass before every timed repeat: a pass is a few seconds, and this VM's
-        # speed drifts by up to 25% between such windows, so the passes are spread over the whole bench.
-        passes.append(_calibration_pass(target, systems, batches, cfg, cfg.seed - 1 - r * len(batches)))
         totals = {name: [0.0, 0] for name in systems}
+        cal = {"stats": {k: [] for k in spec_names}, "plain": 0.0, "plain_prefill": 0.0, "calls": 0}
         for b, (ids, mask) in enumerate(batches):
+            cal_seed = cfg.seed - 1 - r * len(batches) - b
             for name, system in systems.items():  # interleaved: A B C A B C ...
+                # Each timed call of ours follows its own untimed calibration call, back to back, so the
+                # prediction prices the loop at the machine's speed of that moment: this VM's speed drifts
+                # by up to 25% within a bench, and a pass made apart from the timed call missed that.
+                if name == plain_before:  # plain decoding's price, once per batch, next to the loop's call
+                    _plain_calibration_call(target, ids, mask, cfg, cal_seed, cal)
+                if system.kind == "exactspec":
+                    cal["stats"][name].append(system.run(ids, mask, cal_seed)[1])
                 t0 = time.perf_counter()
                 n, stats, new = system.run(ids, mask, cfg.seed + 1000 * r + b)
                 if equal is not None and r == cfg.repeats - 1:
@@ -271,16 +295,21 @@ def run_bench(target, draft, tokenizer, cfg: BenchConfig, progress=None) -> dict
                     compared[name] += n_cmp
                 totals[name][0] += time.perf_counter() - t0
                 totals[name][1] += n
-                if stats is not None and r == cfg.repeats - 1:
-                    results[name].stats.append(stats)
+                if stats is not None:
+                    results[name].stats_by_repeat.setdefault(r, []).append(stats)
                 done += 1
                 if progress:
                     progress(done, total)
+        passes.append(cal)
         for name, (t, n) in totals.items():
             results[name].times.append(t)
             results[name].tokens.append(n)
     loop_costs, prefill = _calibrated(passes, systems, cfg, cost_model)
-    report = _report(results, systems, cfg, cost_model, loop_costs, prefill)
+    by_repeat = [_calibrated([cal], systems, cfg, cost_model) for cal in passes]
+    report = _report(results, systems, cfg, cost_model, loop_costs, prefill,
+                     _predictions_by_repeat(results, systems, cfg, by_repeat))
+    report["calibrated_by_repeat"] = [{"cost_models": {k: cm.to_dict() for k, cm in costs.items()},
+                                       "prefill_seconds": pre} for costs, pre in by_repeat]
     for row in report["rows"]:
         row["greedy_equals_target_generate"] = None if equal is None else equal[row["system"]]
         row["greedy_tokens_compared"] = None if equal is None else compared[row["system"]]
@@ -308,37 +337,24 @@ def greedy_prefix_equal(new: torch.Tensor, reference: torch.Tensor, eos: set,
     return ok, n
 
 
-def _calibration_pass(target, systems: dict, batches, cfg: BenchConfig, seed: int) -> dict:
-    """One untimed pass over every prompt batch for the loop-calibrated predictions: per exactspec system its
-    run statistics, and the seconds of our target-alone loop (whole calls, and their prefills).
-
-    The pass interleaves, batch by batch, every exactspec system (its statistics price its draft step and
-    its per-step overhead inside the loop: block verification costs more than the token rule, prompt
-    lookup drafts in Python) with our target-alone loop (its time per step prices plain decoding), so a
-    machine that speeds up or slows down shifts both sides alike, as in the timed runs.
-    """
-    names = [k for k, s in systems.items() if s.kind == "exactspec"]
-    out = {"stats": {k: [] for k in names}, "plain": 0.0, "plain_prefill": 0.0, "calls": 0}
-    if not names:
-        return out
-    for b, (ids, mask) in enumerate(batches):
-        for name in names:
-            out["stats"][name].append(systems[name].run(ids, mask, seed - b)[1])
-        timings: dict = {}
-        t0 = time.perf_counter()
-        target_alone_loop(target, ids, mask, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
-                          top_p=cfg.top_p, seed=seed - b, timings=timings)
-        out["plain"] += time.perf_counter() - t0
-        out["plain_prefill"] += timings["prefill"]
-        out["calls"] += 1
-    return out
+def _plain_calibration_call(target, ids, mask, cfg: BenchConfig, seed: int, cal: dict) -> None:
+    """One untimed call of our target-alone loop into the repeat's calibration record `cal`: its seconds
+    (whole call, and prefill) price plain decoding. The exactspec systems' untimed calls, each just before
+    its timed one, add their run statistics, which price the draft step and the per-step overhead inside
+    the loop (block verification costs more than the token rule, prompt lookup drafts in Python)."""
+    timings: dict = {}
+    t0 = time.perf_counter()
+    target_alone_loop(target, ids, mask, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
+                      top_p=cfg.top_p, seed=seed, timings=timings)
+    cal["plain"] += time.perf_counter() - t0
+    cal["plain_prefill"] += timings["prefill"]
+    cal["calls"] += 1
 
 
 def _calibrated(passes: list[dict], systems: dict, cfg: BenchConfig, cost_model) -> tuple[dict, dict]:
-    """Per exactspec system, the cost model re-priced on that system's untimed `passes` together
-    (:func:`_calibration_pass`; the bench makes one before each timed repeat, so that a machine whose speed
-    drifts during the bench is priced over the same span as it is timed), and the prefill seconds per
-    call of plain decoding and of that system."""
+    """Per exactspec system, the cost model re-priced on that system's untimed calibration calls in `passes`
+    together (one record per repeat, see :func:`_plain_calibration_call`), and the prefill seconds per call
+    of plain decoding and of that system."""
     names = list(passes[0]["stats"])
     if not names:
         return {}, {}
@@ -356,9 +372,28 @@ def _calibrated(passes: list[dict], systems: dict, cfg: BenchConfig, cost_model)
     return costs, prefill
 
 
+def _predictions_by_repeat(results: dict, systems: dict, cfg: BenchConfig,
+                           by_repeat: list[tuple[dict, dict]]) -> dict[str, list]:
+    """Per exactspec system, one loop-calibrated prediction per repeat: that repeat's timed acceptance priced
+    by that repeat's calibration calls (`by_repeat`: :func:`_calibrated` of each repeat; None for a repeat
+    that drafted nothing)."""
+    out: dict[str, list] = {}
+    for r, (costs, prefill) in enumerate(by_repeat):
+        for name, cm in costs.items():
+            stats = results[name].stats_by_repeat.get(r)
+            out.setdefault(name, []).append(predicted_speedup(
+                systems[name], GenerationStats.merge(stats), cm, prefill, cfg.batch_size) if stats else None)
+    return out
+
+
+def _median(xs) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
 def _report(results: dict[str, SystemResult], systems: dict[str, System], cfg: BenchConfig, cost_model,
-            loop_costs: dict, prefill: dict) -> dict:
-    base = results[BASELINE].tokens_per_second
+            loop_costs: dict, prefill: dict, predicted: dict[str, list]) -> dict:
+    base = results[BASELINE]
     loop = results.get(LOOP)
     assisted = next((results[k] for k, s in systems.items() if s.kind == "assisted"), None)
     rows = []
@@ -373,9 +408,9 @@ def _report(results: dict[str, SystemResult], systems: dict[str, System], cfg: B
             "method": system.method,
             "drafter": system.drafter,
             "tokens_per_second": tps,
-            "speedup_vs_target": tps / base,
-            "speedup_vs_exactspec_loop": tps / loop.tokens_per_second if loop else None,
-            "speedup_vs_assisted": tps / assisted.tokens_per_second if assisted else None,
+            "speedup_vs_target": res.speedup_over(base),
+            "speedup_vs_exactspec_loop": res.speedup_over(loop) if loop else None,
+            "speedup_vs_assisted": res.speedup_over(assisted) if assisted else None,
             "acceptance_rate": st.acceptance_rate if st else None,
             "mean_accepted_per_step": st.mean_accepted_per_step if st else None,
             "mean_tokens_per_step": st.mean_tokens_per_step if st else None,
@@ -384,8 +419,10 @@ def _report(results: dict[str, SystemResult], systems: dict[str, System], cfg: B
                                         zip(st.position_accepted, st.position_drafted)] if st else [],
             "length_counts": st.length_counts if st else [],
             "alphas_by_length": st.alphas_by_length() if st else [],  # what the prediction reads
-            "predicted_speedup": predicted_speedup(system, st, loop_costs[name], prefill, cfg.batch_size)
-            if st and name in loop_costs else None,
+            # Loop-calibrated: the median over repeats of each repeat's prediction (its own calibration calls).
+            "predicted_speedup": _median(predicted.get(name, [])),
+            "predicted_speedup_by_repeat": predicted.get(name),
+            "speedup_vs_exactspec_loop_by_repeat": res.ratios_to(loop) if loop and st else None,
             "predicted_speedup_forwards": predicted_speedup(system, st, cost_model) if st else None,
             "plain_steps": st.plain_steps if st else None,
             # tree systems: steps that drafted a tree (tree="auto" runs gamma="auto"'s chain when trees do not pay)
@@ -407,8 +444,15 @@ def _report(results: dict[str, SystemResult], systems: dict[str, System], cfg: B
         "calibrated_prefill_seconds": prefill,
         "rows": rows,
         "summary": _summary(rows),
+        "prediction_errors": _prediction_errors(rows),
         "notes": ["HF assisted generation supports batch size 1 only"] if cfg.batch_size > 1 else [],
     }
+
+
+def _prediction_errors(rows: list[dict]) -> dict[str, float]:
+    """Per exactspec system, measured ÷ loop-calibrated prediction − 1 (both against our target-alone loop)."""
+    return {r["system"]: r["speedup_vs_exactspec_loop"] / r["predicted_speedup"] - 1 for r in rows
+            if r["predicted_speedup"] and r["speedup_vs_exactspec_loop"]}
 
 
 def _summary(rows: list[dict]) -> dict:
@@ -418,9 +462,9 @@ def _summary(rows: list[dict]) -> dict:
     auto = next((r for r in chain if r["gamma"] == "auto"), None)
     if not fixed:
         return {}
-    best = max(fixed, key=lambda r: r["tokens_per_second"])
+    best = max(fixed, key=lambda r: r["speedup_vs_target"])
     out = {"best_fixed_gamma": best["gamma"], "best_fixed_speedup_vs_target": best["speedup_vs_target"]}
     if auto is not None:
         out |= {"auto_speedup_vs_target": auto["speedup_vs_target"],
-                "auto_vs_best_fixed": auto["tokens_per_second"] / best["tokens_per_second"]}
+                "auto_vs_best_fixed": auto["speedup_vs_target"] / best["speedup_vs_target"]}
     return out

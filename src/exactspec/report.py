@@ -60,10 +60,16 @@ def bench_markdown(report: dict) -> str:
                                  "can flip an argmax; see the JSON).")]
     for note in report.get("notes", []):
         lines += ["", f"Note: {note}."]
+    errors = report.get("prediction_errors") or {}
+    if errors:
+        worst = max(errors, key=lambda k: abs(errors[k]))
+        inside = sum(abs(e) <= 0.10 for e in errors.values())
+        lines += ["", f"Measured ÷ predicted (loop-calibrated, both × our loop): {inside} of {len(errors)} systems "
+                  f"within ±10%; worst {errors[worst]:+.0%} ({worst})."]
     lines += ["", "Predicted × (loop-calibrated): per-position acceptance measured here, priced by untimed "
-              "calibration passes (one before each timed repeat) that interleave the speculative loop (draft step, per-step overhead) with our "
-              "target-alone loop (plain decoding step), end to end with both prefills, so compare it with the "
-              "'× target (our loop)' column. Predicted × (forwards only): the paper's per-step analysis with bare "
+              "calibration calls, each made just before the timed call it prices (the speculative loop's draft "
+              "step and per-step overhead; our target-alone loop's plain decoding step), end to end with both "
+              "prefills; one prediction per repeat, median. Compare it with the '× target (our loop)' column. Every × column is the median over repeats of the ratio within a repeat (the systems of a repeat ran interleaved). Predicted × (forwards only): the paper's per-step analysis with bare "
               "forward passes (CostModel.measure), no loop overhead, no prefill."]
     return "\n".join(lines) + "\n"
 
