@@ -187,6 +187,38 @@ def test_calibrate_against_measured_plain_decoding_shifts_the_table():
             bare.calibrate(st, plain_time=bad)
 
 
+def test_calibrate_scales_the_tables_rise_when_the_loop_verifies_cheaper_than_the_shifted_table():
+    """The bare table was measured before the run; when the loop ran faster than that table says (this VM's
+    speed drifts), a clamped t_overhead = 0 over-priced every step. Instead the rise above T_target(1) is
+    scaled to the loop's measured step, so the calibrated step reproduces the run exactly, and plain
+    decoding keeps the measured plain_time."""
+    from exactspec.stats import GenerationStats
+
+    bare = CostModel(0.001, {1: 0.010, 3: 0.013, 5: 0.014})
+    # gamma = 4: 10 target calls, (0.105 + 0.005) / 10 = 11 ms of target + verification per call, while
+    # plain decoding ran at 8 ms: shifted, the table says T_target(5) = 12 ms, 1 ms more than the loop took.
+    st = GenerationStats(target_calls=10, draft_calls=40, target_positions=50, draft_time=0.040,
+                         target_time=0.105, verify_time=0.005)
+    cal = bare.calibrate(st, plain_time=0.008)
+    assert cal.t_overhead == 0.0 and cal.t_target(1) == pytest.approx(0.008)
+    assert cal.t_target(5) == pytest.approx(0.011)  # the rise of 4 ms scaled by 3/4
+    assert cal.t_target(3) == pytest.approx(0.008 + 0.75 * 0.003)
+    assert cal.metadata["calibrated_from"]["target_rise_scale"] == pytest.approx(0.75)
+    assert cal.metadata["calibrated_from"]["overpriced_per_step"] == pytest.approx(0.0, abs=1e-15)
+    assert cal.step_time(4) * 10 == pytest.approx(st.draft_time + st.target_time + st.verify_time)
+    # gamma="auto"'s own re-pricing (no plain_time) keeps the measured table's shape, clamped as before.
+    own = bare.calibrate(st)
+    assert own.target_times == bare.target_times and own.t_overhead == 0.0
+    assert own.metadata["calibrated_from"]["target_rise_scale"] == 1.0
+    # A loop step cheaper than even a plain step cannot be reached by scaling: the rise goes to 0 and the
+    # remaining gap is recorded as over-pricing, never as a negative overhead.
+    fast = GenerationStats(target_calls=10, draft_calls=40, target_positions=50, draft_time=0.040,
+                           target_time=0.070, verify_time=0.005)
+    cal = bare.calibrate(fast, plain_time=0.008)
+    assert cal.t_target(5) == pytest.approx(0.008) and cal.t_overhead == 0.0
+    assert cal.metadata["calibrated_from"]["overpriced_per_step"] == pytest.approx(0.0005)
+
+
 def test_end_to_end_speedup_adds_the_prefills():
     from exactspec import end_to_end_speedup, mixed_length_speedup
 

@@ -30,7 +30,8 @@ from typing import Callable
 
 import torch
 
-from exactspec.sampling import probs_from_logits, sample_from_probs
+from exactspec.benchcalibration import (calibrated, median, plain_calibration_call, predicted_speedup,  # noqa: F401
+                                        prediction_errors, predictions_by_repeat, target_alone_loop)
 from exactspec.stats import GenerationStats
 
 BASELINE = "target (HF generate)"
@@ -122,36 +123,6 @@ def _batches(tokenizer, prompts: list[str], batch_size: int) -> list[tuple[torch
     return out
 
 
-@torch.inference_mode()
-def target_alone_loop(target, input_ids, attention_mask, *, max_new_tokens, temperature, seed, timings=None,
-                      top_p: float = 1.0):
-    """Plain autoregressive decoding with exactspec's own sampling path and an HF KV cache.
-
-    The baseline the cost model assumes (one target call of one token per new token), to separate the
-    speedup of speculation from the overhead of our Python loop. `timings` (a dict), if given, receives
-    the seconds of the prefill under "prefill".
-    """
-    gen = torch.Generator().manual_seed(seed)
-    mask = attention_mask
-    pos = (mask.cumsum(-1) - 1).clamp(min=0)
-    t0 = time.perf_counter()
-    out = target(input_ids=input_ids, attention_mask=mask, position_ids=pos, use_cache=True)
-    if timings is not None:
-        timings["prefill"] = time.perf_counter() - t0
-    cache, tokens = out.cache, []
-    for step in range(max_new_tokens):
-        probs = probs_from_logits(out.logits[:, -1], temperature=temperature, top_p=top_p)  # [B, V]
-        nxt = probs.argmax(-1) if temperature == 0 else sample_from_probs(probs, gen)
-        tokens.append(nxt)
-        if step == max_new_tokens - 1:  # the last token needs no forward pass
-            break
-        mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=1)
-        pos = pos[:, -1:] + 1
-        out = target(input_ids=nxt[:, None], attention_mask=mask, position_ids=pos, cache=cache, use_cache=True)
-        cache = out.cache
-    return torch.stack(tokens, 1)
-
-
 def _hf_kwargs(cfg: BenchConfig, tokenizer) -> dict:
     sample = cfg.temperature > 0
     kw = dict(max_new_tokens=cfg.max_new_tokens, min_new_tokens=cfg.max_new_tokens, do_sample=sample,
@@ -227,22 +198,6 @@ def tree_system_name(tree) -> str:
     return f"exactspec tree ({label})"
 
 
-def predicted_speedup(system: System, stats, cost_model, prefill: dict | None = None,
-                      batch_size: int = 1) -> float | None:
-    """:func:`exactspec.prediction.predict` for one system: per step with the bare-forwards `cost_model` (a
-    model-free drafter's draft priced free), or end to end with `prefill` ({"plain": s, name: s per call,
-    "n_tokens": per row}), `cost_model` then being that system's calibrated model, used as is."""
-    from exactspec.prediction import predict, predict_tree
-
-    if system.tree is not None:  # as predict's: none for a run that drafted nothing (tree="auto" may not)
-        return predict_tree(stats, cost_model, prefill, system.name) if any(stats.position_drafted) else None
-    if prefill is None:
-        cm = cost_model.without_draft() if system.drafter == "prompt_lookup" else cost_model
-        return predict(stats, cm)
-    return predict(stats, cost_model, n_tokens=prefill["n_tokens"], prefill_plain=prefill["plain"],
-                   prefill_spec=prefill[system.name], batch_size=batch_size)
-
-
 def run_bench(target, draft, tokenizer, cfg: BenchConfig, progress=None) -> dict:
     """Run every system on every prompt batch, `cfg.repeats` times, interleaved; return the report dict.
 
@@ -280,7 +235,7 @@ def run_bench(target, draft, tokenizer, cfg: BenchConfig, progress=None) -> dict
                 # prediction prices the loop at the machine's speed of that moment: this VM's speed drifts
                 # by up to 25% within a bench, and a pass made apart from the timed call missed that.
                 if name == plain_before:  # plain decoding's price, once per batch, next to the loop's call
-                    _plain_calibration_call(target, ids, mask, cfg, cal_seed, cal)
+                    plain_calibration_call(target, ids, mask, cfg, cal_seed, cal)
                 if system.kind == "exactspec":
                     cal["stats"][name].append(system.run(ids, mask, cal_seed)[1])
                 t0 = time.perf_counter()
@@ -304,10 +259,10 @@ def run_bench(target, draft, tokenizer, cfg: BenchConfig, progress=None) -> dict
         for name, (t, n) in totals.items():
             results[name].times.append(t)
             results[name].tokens.append(n)
-    loop_costs, prefill = _calibrated(passes, systems, cfg, cost_model)
-    by_repeat = [_calibrated([cal], systems, cfg, cost_model) for cal in passes]
+    loop_costs, prefill = calibrated(passes, systems, cfg, cost_model)
+    by_repeat = [calibrated([cal], systems, cfg, cost_model) for cal in passes]
     report = _report(results, systems, cfg, cost_model, loop_costs, prefill,
-                     _predictions_by_repeat(results, systems, cfg, by_repeat))
+                     predictions_by_repeat(results, systems, cfg, by_repeat))
     report["calibrated_by_repeat"] = [{"cost_models": {k: cm.to_dict() for k, cm in costs.items()},
                                        "prefill_seconds": pre} for costs, pre in by_repeat]
     for row in report["rows"]:
@@ -335,60 +290,6 @@ def greedy_prefix_equal(new: torch.Tensor, reference: torch.Tensor, eos: set,
         ok &= a[:cut] == b[:cut]
         n += cut
     return ok, n
-
-
-def _plain_calibration_call(target, ids, mask, cfg: BenchConfig, seed: int, cal: dict) -> None:
-    """One untimed call of our target-alone loop into the repeat's calibration record `cal`: its seconds
-    (whole call, and prefill) price plain decoding. The exactspec systems' untimed calls, each just before
-    its timed one, add their run statistics, which price the draft step and the per-step overhead inside
-    the loop (block verification costs more than the token rule, prompt lookup drafts in Python)."""
-    timings: dict = {}
-    t0 = time.perf_counter()
-    target_alone_loop(target, ids, mask, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
-                      top_p=cfg.top_p, seed=seed, timings=timings)
-    cal["plain"] += time.perf_counter() - t0
-    cal["plain_prefill"] += timings["prefill"]
-    cal["calls"] += 1
-
-
-def _calibrated(passes: list[dict], systems: dict, cfg: BenchConfig, cost_model) -> tuple[dict, dict]:
-    """Per exactspec system, the cost model re-priced on that system's untimed calibration calls in `passes`
-    together (one record per repeat, see :func:`_plain_calibration_call`), and the prefill seconds per call
-    of plain decoding and of that system."""
-    names = list(passes[0]["stats"])
-    if not names:
-        return {}, {}
-    n, calls = cfg.max_new_tokens, sum(p["calls"] for p in passes)
-    plain_s, plain_prefill = sum(p["plain"] for p in passes), sum(p["plain_prefill"] for p in passes)
-    # One decoding step of plain decoding (the batch's step when batch_size > 1); the prefill gives the
-    # first token, so a call of n tokens takes n - 1 steps.
-    plain_time = (plain_s - plain_prefill) / (calls * (n - 1)) if n > 1 else None
-    costs, prefill = {}, {"plain": plain_prefill / calls, "n_tokens": n}
-    for name in names:
-        stats = [st for p in passes for st in p["stats"][name]]
-        base = cost_model.without_draft() if systems[name].drafter == "prompt_lookup" else cost_model
-        costs[name] = base.calibrate(stats, plain_time=plain_time)
-        prefill[name] = sum(s.prefill_time for s in stats) / len(stats)
-    return costs, prefill
-
-
-def _predictions_by_repeat(results: dict, systems: dict, cfg: BenchConfig,
-                           by_repeat: list[tuple[dict, dict]]) -> dict[str, list]:
-    """Per exactspec system, one loop-calibrated prediction per repeat: that repeat's timed acceptance priced
-    by that repeat's calibration calls (`by_repeat`: :func:`_calibrated` of each repeat; None for a repeat
-    that drafted nothing)."""
-    out: dict[str, list] = {}
-    for r, (costs, prefill) in enumerate(by_repeat):
-        for name, cm in costs.items():
-            stats = results[name].stats_by_repeat.get(r)
-            out.setdefault(name, []).append(predicted_speedup(
-                systems[name], GenerationStats.merge(stats), cm, prefill, cfg.batch_size) if stats else None)
-    return out
-
-
-def _median(xs) -> float | None:
-    xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else None
 
 
 def _report(results: dict[str, SystemResult], systems: dict[str, System], cfg: BenchConfig, cost_model,
@@ -420,7 +321,7 @@ def _report(results: dict[str, SystemResult], systems: dict[str, System], cfg: B
             "length_counts": st.length_counts if st else [],
             "alphas_by_length": st.alphas_by_length() if st else [],  # what the prediction reads
             # Loop-calibrated: the median over repeats of each repeat's prediction (its own calibration calls).
-            "predicted_speedup": _median(predicted.get(name, [])),
+            "predicted_speedup": median(predicted.get(name, [])),
             "predicted_speedup_by_repeat": predicted.get(name),
             "speedup_vs_exactspec_loop_by_repeat": res.ratios_to(loop) if loop and st else None,
             "predicted_speedup_forwards": predicted_speedup(system, st, cost_model) if st else None,
@@ -444,15 +345,9 @@ def _report(results: dict[str, SystemResult], systems: dict[str, System], cfg: B
         "calibrated_prefill_seconds": prefill,
         "rows": rows,
         "summary": _summary(rows),
-        "prediction_errors": _prediction_errors(rows),
+        "prediction_errors": prediction_errors(rows),
         "notes": ["HF assisted generation supports batch size 1 only"] if cfg.batch_size > 1 else [],
     }
-
-
-def _prediction_errors(rows: list[dict]) -> dict[str, float]:
-    """Per exactspec system, measured ÷ loop-calibrated prediction − 1 (both against our target-alone loop)."""
-    return {r["system"]: r["speedup_vs_exactspec_loop"] / r["predicted_speedup"] - 1 for r in rows
-            if r["predicted_speedup"] and r["speedup_vs_exactspec_loop"]}
 
 
 def _summary(rows: list[dict]) -> dict:
