@@ -182,7 +182,13 @@ class CostModel:
             raise ValueError(f"plain_time {plain_time!r} s is far below the measured T_target(1); "
                              "it cannot be the same target's decoding step")
         step = per_step / calls  # target + verification seconds per target call, as the loop ran
-        overhead = step - (self.t_target(width) + shift)  # a shifted table interpolates shifted
+        bare = self.t_target(width)
+        if plain_time is not None and sum(stats.length_counts) == calls:
+            # Batch 1 (a row-step per call): the bare cost of the widths the calls had (k drafted: k + 1),
+            # not of their mean. Prompt lookup's steps are plain or full (widths 1 and 5), and the table is
+            # concave, so T_target(mean width) over-priced them and left the scale below too low (r13).
+            bare = sum(c * self.t_target(k + 1) for k, c in enumerate(stats.length_counts)) / calls
+        overhead = step - (bare + shift)  # a shifted table interpolates shifted
         # The loop's step can come out cheaper than the shifted bare forwards: the bare table was measured
         # once, before the run, and this VM's speed drifts by up to 25%, which scales what verifying more
         # tokens costs (the table's rise above T_target(1)) rather than shifting it. t_overhead cannot be
@@ -192,7 +198,7 @@ class CostModel:
         # more: near width 1 (a run of mostly plain steps) the rise is too small to measure a scale from,
         # and gamma="auto"'s own re-pricing between runs keeps the measured table's shape.
         scale = 1.0
-        t1, rise = self.t_target(1) + shift, self.t_target(width) - self.t_target(1)
+        t1, rise = self.t_target(1) + shift, bare - self.t_target(1)
         if overhead < 0 and rise > 0 and plain_time is not None and width >= 2:
             scale = max(0.0, (step - t1) / rise)
             table = {k: t1 + scale * (t - t1) for k, t in table.items()}
