@@ -128,7 +128,7 @@ def test_bench_predicts_each_repeat_from_the_calibration_calls_made_beside_it(tm
     from exactspec import CostModel, end_to_end_speedup
 
     argv = ["bench", "--num-prompts", "2", "--max-new-tokens", "8", "--repeats", "2", "--threads", "1",
-            "--gammas", "2", "--tree", "none", "--systems", "loop,token (γ=2)", "--json"]
+            "--gammas", "2", "--tree", "none", "--systems", "loop,token (γ=2)", "--out", str(tmp_path), "--json"]
     assert main(argv) == 0
     report = json.loads(capsys.readouterr().out)
     row = next(r for r in report["rows"] if r["system"] == "exactspec token (γ=2)")
