@@ -220,6 +220,10 @@ def test_calibrate_scales_the_tables_rise_when_the_loop_verifies_cheaper_than_th
     cal = bare.calibrate(mixed, plain_time=0.008)  # shifted: (0.008 + 0.012) / 2 = 10 ms > 9.5 measured
     assert cal.metadata["calibrated_from"]["target_rise_scale"] == pytest.approx((0.0095 - 0.008) / 0.002)
     assert (5 * cal.t_target(1) + 5 * cal.t_target(5)) / 10 == pytest.approx(0.0095)
+    # A tree step records its depth as its length but feeds its nodes: there the mean width is what counts.
+    tree = GenerationStats(**{**mixed.__dict__, "tree_nodes": 40, "length_counts": [5, 0, 0, 0, 5]})
+    cal = bare.calibrate(tree, plain_time=0.008)  # shifted T(3) = 11 ms; measured 9.5: scale 1.5 / 3
+    assert cal.metadata["calibrated_from"]["target_rise_scale"] == pytest.approx(0.5)
     # A loop step cheaper than even a plain step cannot be reached by scaling: the rise goes to 0 and the
     # remaining gap is recorded as over-pricing, never as a negative overhead.
     fast = GenerationStats(target_calls=10, draft_calls=40, target_positions=50, draft_time=0.040,

@@ -183,9 +183,9 @@ class CostModel:
                              "it cannot be the same target's decoding step")
         step = per_step / calls  # target + verification seconds per target call, as the loop ran
         bare = self.t_target(width)
-        if plain_time is not None and sum(stats.length_counts) == calls:
-            # Batch 1 (a row-step per call): the bare cost of the widths the calls had (k drafted: k + 1),
-            # not of their mean. Prompt lookup's steps are plain or full (widths 1 and 5), and the table is
+        if plain_time is not None and sum(stats.length_counts) == calls and not stats.tree_nodes:
+            # Batch 1 (a row-step per call), chains only (a tree step's width is its node count, not its
+            # depth + 1): the bare cost of the widths the calls had (k drafted: k + 1), not of their mean. Prompt lookup's steps are plain or full (widths 1 and 5), and the table is
             # concave, so T_target(mean width) over-priced them and left the scale below too low (r13).
             bare = sum(c * self.t_target(k + 1) for k, c in enumerate(stats.length_counts)) / calls
         overhead = step - (bare + shift)  # a shifted table interpolates shifted
