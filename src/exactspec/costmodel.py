@@ -185,15 +185,16 @@ class CostModel:
         bare = self.t_target(width)
         if plain_time is not None and sum(stats.length_counts) == calls and not stats.tree_nodes:
             # Batch 1 (a row-step per call), chains only (a tree step's width is its node count, not its
-            # depth + 1): the bare cost of the widths the calls had (k drafted: k + 1), not of their mean. Prompt lookup's steps are plain or full (widths 1 and 5), and the table is
-            # concave, so T_target(mean width) over-priced them and left the scale below too low (r13).
+            # depth + 1): the bare cost of the widths the calls had (k drafted: k + 1), not of their mean.
+            # Prompt lookup's steps are plain or full (widths 1 and 5), and the table is concave, so
+            # T_target(mean width) over-priced them and left the scale below too low (r13).
             bare = sum(c * self.t_target(k + 1) for k, c in enumerate(stats.length_counts)) / calls
         overhead = step - (bare + shift)  # a shifted table interpolates shifted
         # The loop's step can come out cheaper than the shifted bare forwards: the bare table was measured
         # once, before the run, and this VM's speed drifts by up to 25%, which scales what verifying more
         # tokens costs (the table's rise above T_target(1)) rather than shifting it. t_overhead cannot be
         # negative, and clamping it over-priced a held-out step by up to 3 ms of 20 (r13), so the rise is
-        # scaled to what the loop measured at its mean width instead; plain decoding's price stays put.
+        # scaled to what the loop measured at its widths instead; plain decoding's price stays put.
         # Only when pricing against measured plain decoding (a prediction), and only over a width of 2 or
         # more: near width 1 (a run of mostly plain steps) the rise is too small to measure a scale from,
         # and gamma="auto"'s own re-pricing between runs keeps the measured table's shape.
