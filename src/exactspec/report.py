@@ -38,7 +38,7 @@ def bench_markdown(report: dict) -> str:
         gamma_n = gamma if isinstance(gamma, int) else 4  # the fixed-γ systems' γ (the bench's default)
         lines += ["", "Time per target call inside the loop (ms): draft / target / verification + bookkeeping. "
                   f"Bare forwards price a step at γ·t_draft + T_target(γ+1) = {_priced_step(cm, gamma_n)}; "
-                  "each system calibrated on its own untimed passes of the loop prices it at "
+                  "each system calibrated on its own untimed calls of the loop prices it at "
                   "γ·t_draft + t_draft_cold + T_target(γ+1) + t_overhead (the first draft call of a step is the "
                   "cold one; T_target shifted to our plain loop's step):", ""]
         cal = report.get("calibrated_cost_models", {})
