@@ -16,3 +16,5 @@ date > $R/done.txt
 # calibration (943fcbc), and the unseen one shared the machine with a test run.
 $B --num-prompts 6 --tree auto --out $R/heldout_greedy > $R/heldout_greedy.out 2>&1
 $B --prompts benchmarks/prompts/unseen_code.json --num-prompts 8 --tree auto --out $R/unseen_greedy > $R/unseen_greedy.out 2>&1
+# batch 4 a second time (after 8aa97d2), to tell noise from the prompt-lookup bias
+.venv/bin/exactspec bench --max-new-tokens 64 --repeats 3 --num-prompts 8 --batch-size 4 --gammas 2,4 --tree none --out $R/batch4_greedy_2 > $R/batch4_2.out 2>&1
