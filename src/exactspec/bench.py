@@ -30,7 +30,7 @@ from typing import Callable
 
 import torch
 
-from exactspec.benchcalibration import (calibrated, median, plain_calibration_call, predicted_speedup,  # noqa: F401
+from exactspec.benchcalibration import (calibrated, median, plain_calibration_call, predicted_speedup,
                                         prediction_errors, predictions_by_repeat, target_alone_loop)
 from exactspec.stats import GenerationStats
 
