@@ -4,6 +4,7 @@ output exactly the target's: by enumeration of the stopping rule, by greedy equa
 from __future__ import annotations
 
 import copy
+import functools
 from collections import defaultdict
 
 import numpy as np
@@ -73,9 +74,21 @@ def test_drafting_stops_early_when_the_drafts_confidence_says_the_next_token_doe
     assert policy.include(3, unsure, caps).tolist() == [False, False]  # a third token is not worth it
     assert policy.early_stops == 2 and policy.threshold(3) > 0
     policy.next_lengths(torch.tensor([20, 20]))
-    # One sure row carries the batch's step on; the unsure row stops drafting, and stays stopped.
-    assert policy.include(1, torch.tensor([0.96, 0.3]), caps).tolist() == [True, False]
-    assert policy.include(2, torch.tensor([0.96, 0.96]), caps).tolist() == [True, False]
+    # One sure row carries the batch's step on, and the unsure row rides along: one forward serves both
+    # rows, so once the batch drafts a position, a row's own token there costs nothing more.
+    assert policy.include(1, torch.tensor([0.96, 0.3]), caps).tolist() == [True, True]
+    assert policy.include(2, torch.tensor([0.96, 0.3]), caps).tolist() == [True, True]
+    assert policy._p[1] < policy.threshold(2) < policy._p[0]  # alone, the unsure row would have stopped
+    single = AdaptivePolicy(cost, 8, DraftingState(_trained(0.0, 0.97)))
+    one = single.next_lengths(torch.tensor([20]))
+    assert single.include(1, torch.tensor([0.96]), one).tolist() == [True]
+    assert single.include(2, torch.tensor([0.3]), one).tolist() == [False]  # alone, it pays for itself: it stops
+    # A row stopped by its cap stays out; when the mean row no longer pays, the whole batch stops.
+    policy.next_lengths(torch.tensor([20, 20]))
+    capped = torch.tensor([8, 1])
+    assert policy.include(1, torch.tensor([0.96, 0.96]), capped).tolist() == [True, True]
+    assert policy.include(2, torch.tensor([0.96, 0.96]), capped).tolist() == [True, False]
+    assert policy.include(3, torch.tensor([0.3, 0.3]), capped).tolist() == [False, False]
 
 
 def test_the_next_draft_call_is_made_only_when_it_is_expected_to_pay():
@@ -272,10 +285,12 @@ def _sample_dependent_drafts(q_dist, k: int, thr: float):
 
 
 @pytest.mark.parametrize("method", ["token", "block"])
-def test_sampled_auto_with_early_stops_matches_the_exact_target_law(method):
+def test_sampled_auto_with_early_stops_matches_the_exact_target_law(method, monkeypatch):
     """Thousands of rows, a policy that has learnt that unsure positions fail: each row's draft ends early
     at its own position (0, 1 or 2 tokens), and the first three tokens still follow the target's
-    enumerated law (chi-square)."""
+    enumerated law (chi-square). Rows stop on their own P (`row_stops`; by default a batch's rows share
+    its stops, which a batch of 400 like rows would make all alike)."""
+    monkeypatch.setattr("exactspec.decoding.AdaptivePolicy", functools.partial(AdaptivePolicy, row_stops=True))
     target, draft = _lm(8, seed=0), _lm(8, seed=1)
     cost = CostModel(t_draft=0.002, target_times={1: 0.010, 2: 0.0102, 3: 0.0104})
     gen = SpeculativeGenerator(target, draft, cost_model=cost, max_gamma=2, calibrate=False)

@@ -50,3 +50,42 @@ def test_batched_end_to_end_prediction_uses_the_slowest_row():
     steps1, steps4 = 64 / sum(0.8 ** i for i in range(5)), batch_steps([0.8] * 4, [0, 0, 0, 0, 1], 64, 4)
     assert batched == pytest.approx(single * steps1 / steps4, rel=1e-9)
     assert batched < single
+
+
+def _rows_stats(tables, tokens, widths, draft_calls=0):
+    from exactspec.stats import GenerationStats
+
+    return GenerationStats(row_length_accepted=tables, row_tokens=tokens, width_counts=widths,
+                           draft_calls=draft_calls, target_calls=sum(widths), position_drafted=[1])
+
+
+def test_a_row_without_repeats_sets_the_pace_and_every_step_is_as_wide_as_its_longest_row():
+    """Prompt lookup at batch 2: row 0 always finds 4 tokens and keeps them, row 1 never finds any. Row 1
+    needs 20 plain steps; the first 4 are as wide as row 0's draft. Replayed row by row the prediction is
+    exact here; pooling the rows' rates, as if both rows were alike, predicts a speedup where there is a
+    loss."""
+    from exactspec.prediction import predict_batch
+
+    cm = CostModel(t_draft=0.0, target_times={1: 0.010, 5: 0.014}, t_overhead=0.001)
+    full = [[0], [0, 0], [0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0, 4]]  # drafted 4, kept 4
+    stats = _rows_stats([full, [[20]]], [20, 20], [0, 16, 0, 0, 0, 4])
+    want = 0.019 * 10 / (4 * 0.015 + 16 * 0.011)  # plain: 19 steps of 10 ms
+    assert predict_batch([stats], cm, n_tokens=20) == pytest.approx(want, rel=1e-12)
+    assert want < 1 < end_to_end_speedup([1.0] * 4, [20, 0, 0, 0, 4], cm, 20, batch_size=2)
+    # Prefills are added once per batch, and batches add up: two such batches predict the same ratio.
+    two = predict_batch([stats, stats], cm, n_tokens=20, prefill_plain=0.005, prefill_spec=0.007)
+    assert two == pytest.approx((0.005 + 0.19) / (0.007 + 4 * 0.015 + 16 * 0.011), rel=1e-12)
+
+
+def test_alike_rows_replayed_row_by_row_agree_with_the_pooled_slowest_row_prediction():
+    """Two rows with the same verdicts (gamma = 4 every step, acceptance 0.8 per position): replaying each
+    row from its own (k, a) counts gives the pooled prediction of the expected slowest row."""
+    from exactspec.prediction import predict_batch
+
+    cm = CostModel(t_draft=0.001, target_times={1: 0.010, 5: 0.013}, t_overhead=0.0005)
+    alpha, n = 0.8, 64
+    law = [alpha ** a * (1 - alpha) for a in range(4)] + [alpha ** 4]  # P(a kept of 4)
+    table = [[0], [0, 0], [0, 0, 0], [0, 0, 0, 0], [round(1e6 * p) for p in law]]
+    stats = _rows_stats([table, table], [n, n], [0, 0, 0, 0, 0, 10], draft_calls=40)
+    pooled = end_to_end_speedup([alpha] * 4, [0, 0, 0, 0, 1], cm, n, batch_size=2)
+    assert predict_batch([stats], cm, n_tokens=n, sims=4000) == pytest.approx(pooled, rel=0.02)

@@ -213,16 +213,20 @@ def test_calibrate_scales_the_tables_rise_when_the_loop_verifies_cheaper_than_th
     own = bare.calibrate(st)
     assert own.target_times == bare.target_times and own.t_overhead == 0.0
     assert own.metadata["calibrated_from"]["target_rise_scale"] == 1.0
-    # At batch 1 the bare cost is that of the widths the calls had, not of their mean width: half plain
-    # steps (width 1) and half of 4 drafted (width 5) cost (T(1) + T(5)) / 2 bare, here 12 ms, not T(3).
+    # The bare cost is that of the widths the calls had (width_counts), not of their mean width: half plain
+    # steps (width 1) and half fed 5 positions cost (T(1) + T(5)) / 2 bare, here 12 ms, not T(3). That
+    # holds for a batch, whose call is as wide as its longest row (its rows' lengths do not say), and for
+    # a tree, whose call feeds its nodes.
     mixed = GenerationStats(target_calls=10, draft_calls=20, target_positions=30, draft_time=0.020,
-                            target_time=0.090, verify_time=0.005, length_counts=[5, 0, 0, 0, 5])
+                            target_time=0.090, verify_time=0.005, width_counts=[0, 5, 0, 0, 0, 5],
+                            length_counts=[25, 5, 0, 0, 10])  # (batch 4: most rows drafted nothing)
     cal = bare.calibrate(mixed, plain_time=0.008)  # shifted: (0.008 + 0.012) / 2 = 10 ms > 9.5 measured
     assert cal.metadata["calibrated_from"]["target_rise_scale"] == pytest.approx((0.0095 - 0.008) / 0.002)
     assert (5 * cal.t_target(1) + 5 * cal.t_target(5)) / 10 == pytest.approx(0.0095)
-    # A tree step records its depth as its length but feeds its nodes: there the mean width is what counts.
-    tree = GenerationStats(**{**mixed.__dict__, "tree_nodes": 40, "length_counts": [5, 0, 0, 0, 5]})
-    cal = bare.calibrate(tree, plain_time=0.008)  # shifted T(3) = 11 ms; measured 9.5: scale 1.5 / 3
+    assert bare.mean_target_time(mixed) == pytest.approx(0.012)
+    # Statistics without the histogram (older records) are priced at their mean width.
+    older = GenerationStats(**{**mixed.__dict__, "width_counts": []})
+    cal = bare.calibrate(older, plain_time=0.008)  # shifted T(3) = 11 ms; measured 9.5: scale 1.5 / 3
     assert cal.metadata["calibrated_from"]["target_rise_scale"] == pytest.approx(0.5)
     # A loop step cheaper than even a plain step cannot be reached by scaling: the rise goes to 0 and the
     # remaining gap is recorded as over-pricing, never as a negative overhead.

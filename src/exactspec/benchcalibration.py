@@ -15,6 +15,7 @@ import time
 
 import torch
 
+from exactspec.prediction import predict_batch
 from exactspec.sampling import probs_from_logits, sample_from_probs
 from exactspec.stats import GenerationStats
 
@@ -107,13 +108,19 @@ def predictions_by_repeat(results: dict, systems: dict, cfg,
                            by_repeat: list[tuple[dict, dict]]) -> dict[str, list]:
     """Per exactspec system, one loop-calibrated prediction per repeat: that repeat's timed acceptance priced
     by that repeat's calibration calls (`by_repeat`: :func:`calibrated` of each repeat; None for a repeat
-    that drafted nothing)."""
+    that drafted nothing). Batch size > 1 (chains): each prompt batch's rows replayed from their own
+    verdicts (:func:`exactspec.prediction.predict_batch`)."""
     out: dict[str, list] = {}
     for r, (costs, prefill) in enumerate(by_repeat):
         for name, cm in costs.items():
             stats = results[name].stats_by_repeat.get(r)
-            out.setdefault(name, []).append(predicted_speedup(
-                systems[name], GenerationStats.merge(stats), cm, prefill, cfg.batch_size) if stats else None)
+            if stats and cfg.batch_size > 1 and systems[name].tree is None:  # row by row, batch by batch
+                pred = predict_batch(stats, cm, n_tokens=prefill["n_tokens"], prefill_plain=prefill["plain"],
+                                     prefill_spec=prefill[name])
+            else:
+                pred = predicted_speedup(systems[name], GenerationStats.merge(stats), cm, prefill,
+                                         cfg.batch_size) if stats else None
+            out.setdefault(name, []).append(pred)
     return out
 
 

@@ -103,6 +103,14 @@ class CostModel:
         cold = self.t_draft_cold if gamma > 0 else 0.0
         return gamma * self.t_draft + cold + self.t_target(gamma + 1 if width is None else width) + self.t_overhead
 
+    def mean_target_time(self, stats) -> float:
+        """Seconds of a run's mean target call (`stats`: a GenerationStats) priced at the widths its calls
+        had (``width_counts``); at their mean width for statistics without that histogram."""
+        calls = sum(stats.width_counts)
+        if not calls:
+            return self.t_target(stats.target_positions / stats.target_calls)
+        return sum(c * self.t_target(w) for w, c in enumerate(stats.width_counts) if c) / calls
+
     def monotone(self) -> "CostModel":
         """The same model with ``target_times`` made non-decreasing in k (the least-squares isotonic fit,
         pool-adjacent-violators): verifying more tokens cannot cost less, so on a noisy machine a k that
@@ -127,10 +135,11 @@ class CostModel:
         """This model re-priced from a real run (`stats`: a GenerationStats, or a list merged together).
 
         ``t_draft`` becomes the run's draft time per draft call (the later calls of a step; the first, cold
-        one's extra time becomes ``t_draft_cold`` when steps drafted more than one token); ``t_overhead`` the run's target + verification
-        time per target call minus what the bare forwards cost, ``T_target(mean width)``, where the mean width
-        is the positions fed per target call. A run without draft-model calls (a model-free drafter) keeps
-        ``t_draft`` and counts its drafting time as per-step overhead. ``target_times`` stay the bare
+        one's extra time becomes ``t_draft_cold`` when steps drafted more than one token); ``t_overhead``
+        the run's target + verification time per target call minus what the bare forwards cost at the
+        widths the calls had (``GenerationStats.width_counts``: positions fed per target call). A run
+        without draft-model calls (a model-free drafter) keeps ``t_draft`` and counts its drafting time as
+        per-step overhead. ``target_times`` stay the bare
         forwards, so plain decoding is priced by the bare ``T_target(1)``, unless ``plain_time`` is given:
         seconds per token of plain decoding as it runs (e.g. a target-alone loop timed next to the
         speculative run). Then the target table is shifted so that ``T_target(1)`` equals it (the same
@@ -182,13 +191,11 @@ class CostModel:
             raise ValueError(f"plain_time {plain_time!r} s is far below the measured T_target(1); "
                              "it cannot be the same target's decoding step")
         step = per_step / calls  # target + verification seconds per target call, as the loop ran
-        bare = self.t_target(width)
-        if plain_time is not None and sum(stats.length_counts) == calls and not stats.tree_nodes:
-            # Batch 1 (a row-step per call), chains only (a tree step's width is its node count, not its
-            # depth + 1): the bare cost of the widths the calls had (k drafted: k + 1), not of their mean.
-            # Prompt lookup's steps are plain or full (widths 1 and 5), and the table is concave, so
-            # T_target(mean width) over-priced them and left the scale below too low (r13).
-            bare = sum(c * self.t_target(k + 1) for k, c in enumerate(stats.length_counts)) / calls
+        # The bare cost of the widths the calls had (GenerationStats.width_counts), not of their mean:
+        # prompt lookup's steps are plain or full (widths 1 and 5), and the table is concave, so
+        # T_target(mean width) over-priced them and left the scale below too low (r13). A batch's call is
+        # as wide as its longest row; a tree's, its nodes + 1. predict_tree prices the same way.
+        bare = self.mean_target_time(stats)
         overhead = step - (bare + shift)  # a shifted table interpolates shifted
         # The loop's step can come out cheaper than the shifted bare forwards: the bare table was measured
         # once, before the run, and this VM's speed drifts by up to 25%, which scales what verifying more

@@ -310,7 +310,8 @@ class SpeculativeGenerator:
                 # Statistics count what was emitted: an EOS among the accepted drafts ends the row there, and
                 # the drafts after it were neither emitted nor, for the statistics, proposed.
                 cut = ended & (count <= n)
-                stats.record_step(torch.where(cut, count, draft.lengths), torch.where(cut, count, n), fed=big_k + 1)
+                stats.record_step(torch.where(cut, count, draft.lengths), torch.where(cut, count, n), fed=big_k + 1,
+                                  row_ids=active.tolist())
                 write_emitted(out, from_draft, n_gen, active, emitted, n, count)
                 done = ended | (n_gen[active] >= max_new)
                 _sync(device)
@@ -341,7 +342,7 @@ class SpeculativeGenerator:
             stats.verify_time += time.perf_counter() - t3
         stats.early_stops = policy.early_stops
         new_len = int(n_gen.max()) if b else 0
-        stats.new_tokens = int(n_gen.sum())
+        stats.new_tokens, stats.row_tokens = int(n_gen.sum()), n_gen.tolist()
         stats.total_time = time.perf_counter() - t_start - suspended
         if gamma == "auto":  # (after the stats are complete: learning reads them)
             self._learn_costs(stats, b)

@@ -37,8 +37,9 @@ def plain_step(target, spec: SamplingSpec, pending: torch.Tensor, prefixes: Pref
     done = cols + 1 >= max_new
     if eos.numel():
         done |= torch.isin(nxt, eos)
-    stats.record_plain(b)
+    rows = active.tolist()
+    stats.record_plain(b, rows)
     tokens, finished = nxt.tolist(), done.tolist()
-    step = StreamStep(rows=active.tolist(), tokens=[[t] for t in tokens], from_draft=[[False] for _ in tokens],
+    step = StreamStep(rows=rows, tokens=[[t] for t in tokens], from_draft=[[False] for _ in tokens],
                       finished=finished, gamma=0, drafted=[0] * b)
     return nxt, done, step

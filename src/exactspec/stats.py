@@ -48,6 +48,12 @@ class GenerationStats:
         rank_reached[d][r] / rank_accepted[d][r]: row-steps in which the sibling of rank r at depth d + 1
             was verified (its parent accepted, the lower ranks rejected) / accepted.
         tree_history: the tree drafted at each step (treemath.tree_label: children per node by depth).
+        width_counts[w]: target calls that were fed w positions (a plain step 1, a chain step its longest
+            draft + 1, a tree step its nodes + 1), so a cost model prices the calls at the widths they had.
+        row_length_accepted[r][k][a]: like length_accepted, for row r of the run's batch alone (its index
+            in the input_ids passed in; rows of merged runs add up by index), and row_tokens[r] the tokens
+            row r emitted: a batch's rows differ (one finds repeats for prompt lookup, another none), and
+            the slowest sets the batch's pace (exactspec.prediction.predict_batch).
     """
 
     target_calls: int = 0
@@ -76,6 +82,9 @@ class GenerationStats:
     rank_reached: list[list[int]] = field(default_factory=list)
     rank_accepted: list[list[int]] = field(default_factory=list)
     tree_history: list[str] = field(default_factory=list)
+    width_counts: list[int] = field(default_factory=list)
+    row_length_accepted: list[list[list[int]]] = field(default_factory=list)
+    row_tokens: list[int] = field(default_factory=list)
 
     # ------------------------------------------------------------------------------ derived
     @property
@@ -210,11 +219,13 @@ class GenerationStats:
             out.append(row)
         return out
 
-    def record_plain(self, rows: int) -> None:
+    def record_plain(self, rows: int, row_ids: list[int] | None = None) -> None:
         """Count one plain step of `rows` rows (one position fed, nothing drafted): what record_step counts
-        for all-zero draft lengths, without its tensor work (exactspec.plainstep)."""
+        for all-zero draft lengths, without its tensor work (exactspec.plainstep). `row_ids`: the rows'
+        indices in the run's batch."""
         self.target_calls += 1
         self.target_positions += 1
+        _bump(self.width_counts, 1)
         self.row_steps += rows
         if not self.length_counts:
             self.length_counts.append(0)
@@ -222,20 +233,27 @@ class GenerationStats:
         if not self.length_accepted:
             self.length_accepted.append([0])
         self.length_accepted[0][0] += rows
+        for r in row_ids or ():
+            _bump_length(self._row(r), 0, 0)
 
-    def record_step(self, draft_lengths: torch.Tensor, accepted: torch.Tensor, fed: int | None = None) -> None:
+    def record_step(self, draft_lengths: torch.Tensor, accepted: torch.Tensor, fed: int | None = None,
+                    row_ids: list[int] | None = None) -> None:
         """Count one verification: `draft_lengths [B]`, `accepted [B]` (int64) for the rows taking part;
-        `fed`: positions the target call was fed (default: the longest draft + 1)."""
+        `fed`: positions the target call was fed (default: the longest draft + 1); `row_ids`: the rows'
+        indices in the run's batch (per-row counts are kept only when given)."""
+        fed = fed if fed is not None else (int(draft_lengths.max()) if draft_lengths.numel() else 0) + 1
         self.target_calls += 1
-        self.target_positions += fed if fed is not None else (int(draft_lengths.max()) if draft_lengths.numel() else 0) + 1
+        self.target_positions += fed
+        _bump(self.width_counts, fed)
         self.row_steps += int(draft_lengths.numel())
         self.drafted_tokens += int(draft_lengths.sum())
         self.accepted_tokens += int(accepted.sum())
-        for length, acc in zip(draft_lengths.tolist(), accepted.tolist()):  # one host copy serves both counts
+        lengths, accs = draft_lengths.tolist(), accepted.tolist()  # one host copy serves every count
+        for length, acc in zip(lengths, accs):
             _bump(self.length_counts, length)
-            while len(self.length_accepted) <= length:
-                self.length_accepted.append([0] * (len(self.length_accepted) + 1))
-            self.length_accepted[length][acc] += 1
+            _bump_length(self.length_accepted, length, acc)
+        for r, length, acc in zip(row_ids or (), lengths, accs):
+            _bump_length(self._row(r), length, acc)
         k = int(draft_lengths.max()) if draft_lengths.numel() else 0
         if k == 0:
             return
@@ -249,6 +267,19 @@ class GenerationStats:
         for i, (r, a) in enumerate(zip(reached.sum(0).tolist(), acc.sum(0).tolist())):
             self.position_drafted[i] += int(r)
             self.position_accepted[i] += int(a)
+
+    def _row(self, r: int) -> list[list[int]]:
+        while len(self.row_length_accepted) <= r:
+            self.row_length_accepted.append([])
+        return self.row_length_accepted[r]
+
+
+def _bump_length(table: list[list[int]], length: int, acc: int) -> None:
+    """table[length][acc] += 1 in a triangular [k][a] table (a <= k), grown as needed."""
+    while len(table) <= length:
+        table.append([0] * (len(table) + 1))
+    table[length][acc] += 1
+
 
 def _bump(counts: list[int], i: int, by: int = 1) -> None:
     if i >= len(counts):

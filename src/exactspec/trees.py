@@ -281,7 +281,7 @@ def run_tree(gen, ids, mask, max_new, spec, tree, eos, pad, prior_key=()):
         depth = torch.zeros_like(n) if dtree is None else \
             torch.where(dtree.tokens >= 0, dtree.depth, torch.zeros_like(dtree.depth)).max(1).values
         shown = torch.minimum(n, count)
-        stats.record_step(torch.where(count <= n, count, depth), shown, fed=fed)
+        stats.record_step(torch.where(count <= n, count, depth), shown, fed=fed, row_ids=active.tolist())
         stats.record_tree(n.tolist(), verified_pairs(dtree, path, n),
                           0 if dtree is None else int((dtree.tokens >= 0).sum()))
         stats.gamma_history.append(calls)
@@ -314,7 +314,7 @@ def run_tree(gen, ids, mask, max_new, spec, tree, eos, pad, prior_key=()):
         active = active[keep]
         stats.verify_time += time.perf_counter() - t3
     new_len = int(n_gen.max()) if b else 0
-    stats.new_tokens = int(n_gen.sum())
+    stats.new_tokens, stats.row_tokens = int(n_gen.sum()), n_gen.tolist()
     stats.total_time = time.perf_counter() - t_start - suspended
     if planner is not None:
         learn_from_trees(gen, prior_key, stats, b, planner)
