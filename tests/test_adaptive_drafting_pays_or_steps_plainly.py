@@ -14,7 +14,7 @@ import torch
 from _spec_models import left_padded, noisy_copy, target_greedy, tiny_lm
 from exactspec import CostModel, SpeculativeGenerator
 from exactspec.exact import _extend, _outcomes, max_abs_diff, rule_distribution, target_distribution
-from exactspec.policy import AcceptanceModel, AdaptivePolicy, DraftingState
+from exactspec.policy import AcceptanceModel, AdaptivePolicy, DraftingState, FixedPolicy
 from test_sampling_speculative_matches_target_distribution import _lm, chi2_pvalue, exact_joint
 
 FLAT = {1: 0.010, 16: 0.010}  # verifying k tokens costs one step: the paper's cost model
@@ -310,12 +310,54 @@ def test_sampled_auto_with_early_stops_matches_the_exact_target_law(method, monk
     assert p > 1e-3, f"{method}: chi-square p = {p:.2e}"
 
 
-def test_a_model_free_drafter_is_capped_at_the_best_length_and_probes_with_one_token():
-    """Prompt lookup is never asked about confidence, so nothing would stop its drafts early: its caps are
-    the best length under the model itself (one token for a probe), not max_gamma."""
+def test_a_model_free_drafter_finds_up_to_max_gamma_verifies_the_best_length_and_probes_with_one_token():
+    """Prompt lookup is never asked about confidence: it finds up to max_gamma tokens (one for a probe), and
+    `trim` cuts a long find to the length worth verifying (at least the best length under the plain
+    estimates, since positions after an accepted one are valued optimistically), not max_gamma."""
     cost = CostModel(t_draft=0.0, target_times={1: 0.010, 2: 0.0105, 5: 0.012, 16: 0.02})
-    good = AdaptivePolicy(cost, 12, DraftingState(_at_rate(0.8)), free_draft=True)
-    k, _ = good.best_length(good.model.mean())
-    assert 1 <= k < 12 and good.next_lengths(torch.tensor([50])).tolist() == [k]
+    model = _at_rate(0.8)
+    conf = torch.full((2000,), 0.95)
+    model.observe(conf, torch.arange(2000) < 1600, later=[True] * 2000)  # positions after accepted ones too
+    good = AdaptivePolicy(cost, 12, DraftingState(model), free_draft=True)
+    k, _ = good.best_length(good.model.mean(), good.model.continuation())
+    assert good.next_lengths(torch.tensor([50])).tolist() == [12]
+    assert 1 <= k <= good.trim([12]) < 12
     bad = AdaptivePolicy(cost, 12, DraftingState(_at_rate(0.02), probe_gap=1), free_draft=True)
     assert bad.next_lengths(torch.tensor([50])).tolist() == [1]  # a probe: one token
+
+
+def test_prompt_lookup_verifies_only_the_width_its_found_tokens_pay_for():
+    """A model-free drafter finds every row's tokens first; `trim` picks the width worth verifying for the
+    whole batch. One row's repeat does not widen a batch of four whose other rows found nothing; four
+    rows with repeats, or one row alone, do draft; a probe keeps one token; a fixed gamma keeps them all."""
+    cost = CostModel(t_draft=0.0, target_times={1: 0.010, 2: 0.012, 5: 0.015})
+    policy = AdaptivePolicy(cost, 8, DraftingState(_at_rate(0.5)), free_draft=True)
+    policy.next_lengths(torch.tensor([50, 50, 50, 50]))
+    assert policy.trim([4, 0, 0, 0]) == 0 and policy.early_stops == 1  # a plain step: the repeat is cut
+    assert policy.trim([4, 4, 4, 4]) == 4 and policy.trim([0, 0, 0, 0]) == 0
+    assert policy.trim([4]) == 4  # alone, the row's repeat pays for its own width
+    assert policy.trim([4, 4, 1, 0]) in (1, 2, 3, 4)  # (some width pays; its value is the formula's)
+    bad = AdaptivePolicy(cost, 12, DraftingState(_at_rate(0.02), probe_gap=1), free_draft=True)
+    bad.next_lengths(torch.tensor([50, 50]))
+    assert bad.probing and bad.trim([3, 0]) == 1  # a probe verifies one position
+    assert FixedPolicy(3).trim([2, 0]) == 2
+
+
+def test_sampled_prompt_lookup_under_auto_with_trimmed_drafts_matches_the_exact_target_law():
+    """Prompt lookup under gamma="auto" whose steps verify fewer tokens than the rows found (trim): the first
+    three tokens of thousands of rows follow the target's enumerated law (chi-square)."""
+    target = _lm(8, seed=0)
+    # A second verified token is nearly free, a third is dear: the steps verify one of the 3 tokens found.
+    cost = CostModel(t_draft=0.0, target_times={1: 0.010, 2: 0.0102, 3: 0.013, 4: 0.016})
+    gen = SpeculativeGenerator(target, drafter="prompt_lookup", cost_model=cost, max_gamma=3, calibrate=False)
+    gen._drafting[(False, 1.0, 0, 1.0, "token")] = DraftingState(_at_rate(0.6))
+    prompts = [[3, 1, 4, 3, 1, 4, 3, 1]] * 1500 + [[6, 2, 6, 2, 5]] * 1500
+    ids, mask = left_padded(prompts)
+    out = gen.generate(ids, mask, max_new_tokens=3, gamma="auto", seed=7, eos_token_id=[], pad_token_id=0,
+                       do_sample=True, top_k=0)
+    st = out.stats
+    assert st.early_stops > 0 and 0 < st.accepted_tokens < st.drafted_tokens  # trimmed, both verdicts
+    new = out.sequences[:, ids.shape[1]:].numpy()
+    for i, prompt in enumerate(([3, 1, 4, 3, 1, 4, 3, 1], [6, 2, 6, 2, 5])):
+        p = chi2_pvalue(new[i * 1500:(i + 1) * 1500], exact_joint(target, prompt, {}))
+        assert p > 1e-3, f"prompt {prompt}: chi-square p = {p:.2e}"

@@ -12,7 +12,8 @@ Protocol (:class:`Drafter`, used by :class:`exactspec.decoding.SpeculativeGenera
 ``start(input_ids, attention_mask)``, ``propose(caps [B], spec, policy) -> Draft`` (the Draft carries its own
 counters: draft-model calls and the first call's seconds), ``update(accepted [B], next_token [B], draft)``,
 ``select_rows(rows)``. A model drafter asks ``policy.include(i, confidence, caps)`` before sampling each
-position (see :mod:`exactspec.policy`); a model-free one drafts up to its caps.
+position (see :mod:`exactspec.policy`); a model-free one finds up to its caps and asks ``policy.trim`` how
+many of the found tokens to draft.
 """
 from __future__ import annotations
 
@@ -180,6 +181,9 @@ class PromptLookupDrafter:
     def propose(self, caps: torch.Tensor, spec: SamplingSpec, policy=None) -> Draft:
         k = caps.clamp(max=self.max_draft)
         conts = [self.lookup(h, int(kb)) for h, kb in zip(self.history, k.tolist())]
+        if policy is not None:  # how many found tokens are worth verifying (the step is as wide as its longest)
+            width = policy.trim([len(c) for c in conts])
+            conts = [c[:width] for c in conts]
         big_k = max((len(c) for c in conts), default=0)
         tokens = torch.zeros(len(conts), big_k, dtype=torch.long)
         for i, c in enumerate(conts):

@@ -6,7 +6,9 @@ The engine loop asks a policy three things per step (see :class:`exactspec.decod
    the row may still emit minus one). All zeros means a *plain step*: the target decodes one token alone,
    costing ``T_target(1)`` instead of ``T_target(2)`` plus draft calls.
 2. ``policy.include(i, confidence, caps)`` (asked by model drafters before sampling position i): which
-   rows draft position i; and ``policy.more(i)`` (after position i): is the next draft call worth making. ``confidence [B]`` is the draft's top probability at that position,
+   rows draft position i; and ``policy.more(i)`` (after position i): is the next draft call worth making;
+   ``policy.trim(found)`` (asked by model-free drafters, which find every row's tokens at once): how
+   many of them the step verifies. ``confidence [B]`` is the draft's top probability at that position,
    ``max_x q_i(x)``, a function of the prefix only: the decision never looks at the token that will be
    sampled there, so whether position i is verified does not depend on X_i, and verification stays exact
    (the token rule's proof goes position by position given the prefix; block verification is checked by
@@ -60,6 +62,9 @@ class FixedPolicy:
 
     def more(self, i: int) -> bool:
         return True
+
+    def trim(self, found: list[int]) -> int:
+        return max(found, default=0)
 
     def observe(self, draft, accepted: torch.Tensor) -> None:
         pass
@@ -261,8 +266,9 @@ class AdaptivePolicy:
             st.probe_gap = self._first_gap  # drafting pays again: probe soon after it stops paying
         self._alpha, self._later, self._p = alpha, hope, None
         # A model drafter stops itself (include / more) below max_gamma; a model-free one (prompt lookup)
-        # is never asked, so it gets the best length itself (1 for a probe), not max_gamma.
-        return left.clamp(min=0, max=k if self.free_draft else (self.max_gamma if k else 0))
+        # finds up to max_gamma tokens (1 for a probe) and trim() picks how many the step verifies.
+        cap = (1 if self.probing else self.max_gamma) if k else 0
+        return left.clamp(min=0, max=cap)
 
     def include(self, i: int, confidence: torch.Tensor, caps: torch.Tensor) -> torch.Tensor:
         """Which rows draft position i (1-based): `confidence [B]` = max_x q_i(x) per row, `caps [B]` this
@@ -329,6 +335,32 @@ class AdaptivePolicy:
         if not go:  # rows still drafting whose cap allowed position i + 1 stop early here
             self.early_stops += sum(al and c > i for al, c in zip(self._alive, self._caps))
         return go
+
+    def trim(self, found: list[int]) -> int:
+        """How many of its found tokens each row drafts, for a model-free drafter (prompt lookup), which finds
+        every row's continuation (`found [B]`: lengths, within this step's caps) before any is verified, for
+        free: the width L that maximises the step's expected tokens over its price,
+        (B + sum_b E(min(L, found_b))) / step_time(L), E(m) = a1 (1 + a + .. + a^(m-1)) with a1 the first
+        position's rate and a the continuation rate; L = 0 is a plain step (a probe keeps 1).
+
+        The step is as wide as its longest row, and rows that found nothing pay for that width too. Pricing
+        each row as if it drafted alone (the caps of next_lengths) made batch-4 steps 5 wide whenever one
+        row had found a repeat, and prompt lookup ran at 0.84-0.91x the target alone (r13). The decision
+        reads the rows' histories only (the drafts are functions of them; q is one-hot), so verification
+        stays exact. Rows whose found tokens are cut count as early stops."""
+        top = max(found, default=0)
+        if top == 0:
+            return 0
+        a1, a = self._alpha, self._later
+        best, rate = 0, len(found) / self._step[0]
+        for width in range(1, min(top, self.max_gamma) + 1):
+            e = sum(a1 * (1.0 - a ** m) / (1.0 - a) if a < 1.0 else a1 * m for m in (min(width, f) for f in found))
+            r = (len(found) + e) / self._step[width]
+            if r > rate * (1 + 1e-9):
+                best, rate = width, r
+        best = max(best, 1) if self.probing else best
+        self.early_stops += sum(f > best for f in found)  # rows whose found tokens were cut
+        return best
 
     def observe(self, draft, accepted: torch.Tensor) -> None:
         """Update the acceptance model from a verdict: position j of row b was reached when j <= n_b + 1.

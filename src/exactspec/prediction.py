@@ -37,9 +37,9 @@ def predict(stats, cost, *, n_tokens: int | None = None, prefill_plain: float = 
 
 def predict_tree(stats, cost, prefill: dict | None = None, name: str | None = None) -> float | None:
     """A tree run (or any run) priced by `cost` from its counts: its tokens per step (the acceptance it
-    met) over a step of its mean draft calls and its calls' verified widths (t_draft per call, the cold extra
-    per drafting step, T_target at each call's width, overhead). End to end with `prefill` ({"plain": s, name: s per call,
-    "n_tokens": per row}). None for a run without steps. A tree's acceptance has no per-position curve to
+    met) over a step of its mean draft calls and its calls' verified widths (t_draft per call, the cold
+    extra per drafting step, T_target at each call's width, overhead). End to end with `prefill`
+    ({"plain": s, name: s per call, "n_tokens": per row}). None for a run without steps. A tree's acceptance has no per-position curve to
     replay, so the run's own tokens per step stand in for it."""
     if not stats.target_calls or not stats.row_steps:
         return None
