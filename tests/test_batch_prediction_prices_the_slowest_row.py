@@ -52,23 +52,23 @@ def test_batched_end_to_end_prediction_uses_the_slowest_row():
     assert batched < single
 
 
-def _rows_stats(tables, tokens, widths, draft_calls=0):
+def _trace_stats(steps, tokens, widths, draft_calls=0):
     from exactspec.stats import GenerationStats
 
-    return GenerationStats(row_length_accepted=tables, row_tokens=tokens, width_counts=widths,
-                           draft_calls=draft_calls, target_calls=sum(widths), position_drafted=[1])
+    return GenerationStats(step_rows=steps, row_tokens=tokens, width_counts=widths, draft_calls=draft_calls,
+                           target_calls=sum(widths), position_drafted=[1])
 
 
 def test_a_row_without_repeats_sets_the_pace_and_every_step_is_as_wide_as_its_longest_row():
     """Prompt lookup at batch 2: row 0 always finds 4 tokens and keeps them, row 1 never finds any. Row 1
-    needs 20 plain steps; the first 4 are as wide as row 0's draft. Replayed row by row the prediction is
-    exact here; pooling the rows' rates, as if both rows were alike, predicts a speedup where there is a
+    needs 20 plain steps; the first 4 are as wide as row 0's draft. Replayed step by step the prediction
+    is exact here; pooling the rows' rates, as if both rows were alike, predicts a speedup where there is a
     loss."""
     from exactspec.prediction import predict_batch
 
     cm = CostModel(t_draft=0.0, target_times={1: 0.010, 5: 0.014}, t_overhead=0.001)
-    full = [[0], [0, 0], [0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0, 4]]  # drafted 4, kept 4
-    stats = _rows_stats([full, [[20]]], [20, 20], [0, 16, 0, 0, 0, 4])
+    steps = [[[0, 4, 4], [1, 0, 0]]] * 4 + [[[1, 0, 0]]] * 16  # row 0 left after 4 steps
+    stats = _trace_stats(steps, [20, 20], [0, 16, 0, 0, 0, 4])
     want = 0.019 * 10 / (4 * 0.015 + 16 * 0.011)  # plain: 19 steps of 10 ms
     assert predict_batch([stats], cm, n_tokens=20) == pytest.approx(want, rel=1e-12)
     assert want < 1 < end_to_end_speedup([1.0] * 4, [20, 0, 0, 0, 4], cm, 20, batch_size=2)
@@ -77,15 +77,45 @@ def test_a_row_without_repeats_sets_the_pace_and_every_step_is_as_wide_as_its_lo
     assert two == pytest.approx((0.005 + 0.19) / (0.007 + 4 * 0.015 + 16 * 0.011), rel=1e-12)
 
 
-def test_alike_rows_replayed_row_by_row_agree_with_the_pooled_slowest_row_prediction():
-    """Two rows with the same verdicts (gamma = 4 every step, acceptance 0.8 per position): replaying each
-    row from its own (k, a) counts gives the pooled prediction of the expected slowest row."""
+def test_alike_rows_replayed_step_by_step_agree_with_the_pooled_slowest_row_prediction():
+    """Two rows with the same law (gamma = 4 every step, acceptance 0.8 per position): replaying recorded
+    steps gives the pooled prediction of the expected slowest row."""
     from exactspec.prediction import predict_batch
 
     cm = CostModel(t_draft=0.001, target_times={1: 0.010, 5: 0.013}, t_overhead=0.0005)
-    alpha, n = 0.8, 64
-    law = [alpha ** a * (1 - alpha) for a in range(4)] + [alpha ** 4]  # P(a kept of 4)
-    table = [[0], [0, 0], [0, 0, 0], [0, 0, 0, 0], [round(1e6 * p) for p in law]]
-    stats = _rows_stats([table, table], [n, n], [0, 0, 0, 0, 0, 10], draft_calls=40)
+    alpha, n, rng = 0.8, 64, np.random.default_rng(3)
+    kept = lambda: int(np.argmin(np.append(rng.random(4) < alpha, False)))  # noqa: E731 (accepted of 4)
+    steps = [[[0, 4, kept()], [1, 4, kept()]] for _ in range(20000)]
+    stats = _trace_stats(steps, [n, n], [0, 0, 0, 0, 0, 20000], draft_calls=80000)
     pooled = end_to_end_speedup([alpha] * 4, [0, 0, 0, 0, 1], cm, n, batch_size=2)
     assert predict_batch([stats], cm, n_tokens=n, sims=4000) == pytest.approx(pooled, rel=0.02)
+
+
+def test_rows_that_share_each_steps_length_are_priced_at_that_length_not_the_longest_of_independent_draws():
+    """gamma="auto" at batch 2: each step both rows draft 1 token or both draft 8 (the batch decides), and
+    keep all of them. The replay draws whole steps, so a step is 2 or 9 wide; drawing each row's length on
+    its own would make three steps in four 9 wide."""
+    from exactspec.prediction import predict_batch
+
+    cm = CostModel(t_draft=0.001, target_times={1: 0.010, 2: 0.011, 9: 0.020}, t_overhead=0.0)
+    n = 60
+    steps = [[[0, 1, 1], [1, 1, 1]], [[0, 8, 8], [1, 8, 8]]] * 50
+    stats = _trace_stats(steps, [n, n], [0, 0, 50] + [0] * 6 + [50], draft_calls=450)
+    got = predict_batch([stats], cm, n_tokens=n, sims=3000)
+    rng, shared, independent = np.random.default_rng(0), [], []
+    price = {1: 0.001 + 0.011, 8: 0.008 + 0.020}
+    for _ in range(3000):  # both rows advance together when they share the length
+        done = t = 0.0
+        while done < n:
+            k = 1 if rng.random() < 0.5 else 8
+            done, t = done + k + 1, t + price[k]
+        shared.append(t)
+        done0 = done1 = t = 0.0
+        while min(done0, done1) < n:  # each row's length drawn on its own
+            k0, k1 = (1 if rng.random() < 0.5 else 8 for _ in range(2))
+            live = [d < n for d in (done0, done1)]
+            t += price[max(k for k, lv in zip((k0, k1), live) if lv)]
+            done0, done1 = done0 + live[0] * (k0 + 1), done1 + live[1] * (k1 + 1)
+        independent.append(t)
+    assert got == pytest.approx(0.010 * (n - 1) / np.mean(shared), rel=0.02)
+    assert 0.010 * (n - 1) / np.mean(independent) < 0.9 * got

@@ -40,19 +40,20 @@ def _engine_run(drafter_kind: str, gamma, tree=None):
 
 
 def test_per_row_counts_and_widths_add_up_to_the_runs_totals():
-    """Each row's (drafted, accepted) counts sum to the run's; the widths histogram counts every target call
-    and every position fed; row_tokens are the tokens each row emitted (ragged: EOS ends rows early)."""
+    """Each step's per-row (drafted, accepted) pairs sum to the run's counts; the widths histogram counts
+    every target call and every position fed; row_tokens are the tokens each row emitted (ragged: EOS ends
+    rows early)."""
     for kind, gamma, tree in (("draft", "auto", None), ("draft", 3, None), ("prompt_lookup", "auto", None),
                               ("draft", None, (2, 1))):
         st = _engine_run(kind, gamma if tree is None else "auto", tree)
         assert sum(st.width_counts) == st.target_calls
         assert sum(w * c for w, c in enumerate(st.width_counts)) == st.target_positions
         assert sum(st.row_tokens) == st.new_tokens and len(st.row_tokens) == 3
+        assert len(st.step_rows) == st.target_calls
         pooled = GenerationStats()
-        for table in st.row_length_accepted:
-            for k, row in enumerate(table):
-                for a, c in enumerate(row):
-                    for _ in range(c):
-                        pooled.record_step(torch.tensor([k]), torch.tensor([a]))
+        for rows in st.step_rows:
+            assert len({r for r, _, _ in rows}) == len(rows) and all(0 <= r < 3 for r, _, _ in rows)
+            for _, k, a in rows:
+                pooled.record_step(torch.tensor([k]), torch.tensor([a]))
         assert pooled.length_counts == st.length_counts[:len(pooled.length_counts)]
         assert sum(pooled.length_counts) == st.row_steps and pooled.accepted_tokens == st.accepted_tokens

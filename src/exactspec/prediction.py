@@ -39,8 +39,8 @@ def predict_tree(stats, cost, prefill: dict | None = None, name: str | None = No
     """A tree run (or any run) priced by `cost` from its counts: its tokens per step (the acceptance it
     met) over a step of its mean draft calls and its calls' verified widths (t_draft per call, the cold
     extra per drafting step, T_target at each call's width, overhead). End to end with `prefill`
-    ({"plain": s, name: s per call, "n_tokens": per row}). None for a run without steps. A tree's acceptance has no per-position curve to
-    replay, so the run's own tokens per step stand in for it."""
+    ({"plain": s, name: s per call, "n_tokens": per row}). None for a run without steps. A tree's
+    acceptance has no per-position curve to replay, so the run's own tokens per step stand in for it."""
     if not stats.target_calls or not stats.row_steps:
         return None
     e = stats.mean_tokens_per_step
@@ -60,51 +60,56 @@ def predict_batch(runs, cost, *, n_tokens: int, prefill_plain: float = 0.0, pref
     per-row counts), against plain decoding of `n_tokens` per row (``prefill_plain + (n_tokens - 1) *
     T_target(1)`` per batch, as :func:`exactspec.speedup.end_to_end_speedup`).
 
-    Each row is replayed from its own verdicts: per step it draws a (drafted k, accepted a) pair from the
-    row-steps it had (``row_length_accepted``), and emits a + 1 tokens until it has the tokens it emitted
-    (``row_tokens``; EOS ends rows early). A step drafts the longest live row's k and is priced as the
-    engine runs it, every row at that width: k draft calls (scaled by the run's draft calls per drafted
-    position, which counts the calls whose position the policy then declined) and the cold extra,
-    T_target(k + 1), the overhead; k = 0 is a plain step. Rows are independent of one another, and the
-    prediction is the mean batch time over `sims` seeded simulations. Prompt lookup finds repeats in one
-    row and none in another, and the row without them sets the batch's pace, where replaying the pooled
-    rates as if every row were alike (:func:`exactspec.speedup.batch_steps`) predicted it 11-19% too fast
-    (r13). None when no run has per-row counts or no run drafted."""
+    Each batch is replayed from its own steps (``step_rows``: every row's drafted k and accepted a, per
+    step): a simulated step draws one recorded step, whole, so the rows keep what they had in common (a
+    model draft's rows share the step's length) and what set them apart (prompt lookup finds repeats in one
+    row and none in another); a row that had left by then draws one of its own row-steps instead. Each
+    live row emits a + 1 tokens, until it has the tokens it emitted (``row_tokens``; EOS ends rows early).
+    The step is priced as the engine runs it, every row at the longest live row's width: k draft calls
+    (scaled by the run's draft calls per drafted position, which counts the calls whose position the
+    policy then declined) and the cold extra, T_target(k + 1), the overhead; k = 0 is a plain step. The
+    prediction is the mean batch time over `sims` seeded simulations. Replaying the pooled rates as if
+    every row were alike, and pricing each row-step at its own length
+    (:func:`exactspec.speedup.batch_steps`), predicted prompt lookup 11-19% too fast at batch 4 (r13);
+    drawing each row's k on its own made gamma="auto"'s steps as wide as the longest of four independent
+    draws and predicted it 14% too slow (r14). None when no run has per-row counts or no run drafted."""
     rng = np.random.default_rng(seed)
     plain = spec = 0.0
     t1 = cost.t_target(1)
     for stats in runs:
-        rows = [(r, n) for r, n in zip(stats.row_length_accepted, stats.row_tokens) if n > 0 and r]
-        if not rows:
+        if not stats.step_rows or not any(n > 0 for n in stats.row_tokens):
             continue
         positions = sum((w - 1) * c for w, c in enumerate(stats.width_counts) if w > 1)  # drafted, per call
         ratio = stats.draft_calls / positions if positions and stats.draft_calls else 1.0
         plain += prefill_plain + (n_tokens - 1) * t1
-        spec += prefill_spec + _batch_time(rows, cost, ratio, sims, rng)
+        spec += prefill_spec + _batch_time(stats.step_rows, stats.row_tokens, cost, ratio, sims, rng)
     return plain / spec if spec > 0 and any(any(s.position_drafted) for s in runs) else None
 
 
-def _batch_time(rows, cost, calls_per_position: float, sims: int, rng) -> float:
-    """Mean seconds of a batch whose rows (table [k][a] of row-steps, tokens to emit) run to the end."""
-    outcomes = []
-    for table, _ in rows:
-        ks, accs, w = [], [], []
-        for k, row in enumerate(table):
-            for a, c in enumerate(row):
-                if c:
-                    ks.append(k), accs.append(a), w.append(c)
-        w = np.asarray(w, float)
-        outcomes.append((np.asarray(ks), np.asarray(accs), w / w.sum()))
-    need = np.array([n for _, n in rows], float)  # [R]
-    done, total = np.zeros((sims, len(rows))), np.zeros(sims)
-    kmax = max(int(ks.max()) for ks, _, _ in outcomes)
+def _batch_time(steps, tokens, cost, calls_per_position: float, sims: int, rng) -> float:
+    """Mean seconds of a batch replayed from its recorded `steps` (lists of [row, k, a]) until every row r
+    has emitted `tokens[r]`."""
+    n_rows = len(tokens)
+    k_of, a_of = np.full((len(steps), n_rows), -1), np.zeros((len(steps), n_rows))  # [S, R]; -1: row absent
+    own: list[list[tuple[int, int]]] = [[] for _ in range(n_rows)]
+    for s, rows in enumerate(steps):
+        for r, k, a in rows:
+            k_of[s, r], a_of[s, r] = k, a
+            own[r].append((k, a))
+    need = np.asarray(tokens, float)  # [R]
+    kmax = int(k_of.max())
     price = np.array([(k * calls_per_position * cost.t_draft + cost.t_draft_cold if k else 0.0)
                       + cost.t_target(k + 1) + cost.t_overhead for k in range(kmax + 1)])
+    done, total = np.zeros((sims, n_rows)), np.zeros(sims)
     while (live := done < need).any():
-        k, a = np.zeros(done.shape, int), np.zeros(done.shape)
-        for r, (ks, accs, w) in enumerate(outcomes):
-            pick = rng.choice(len(w), size=sims, p=w)
-            k[:, r], a[:, r] = ks[pick], accs[pick]
+        pick = rng.integers(len(steps), size=sims)  # [sims] one recorded step each
+        k, a = k_of[pick], a_of[pick]  # [sims, R]
+        for r in range(n_rows):  # a row absent from the drawn step: one of its own row-steps
+            gap = k[:, r] < 0
+            if gap.any() and own[r]:
+                mine = np.asarray(own[r])[rng.integers(len(own[r]), size=int(gap.sum()))]
+                k[gap, r], a[gap, r] = mine[:, 0], mine[:, 1]
+        k = np.maximum(k, 0)
         wide = (k * live).max(1)  # [sims] the longest live row's draft
         total += live.any(1) * price[wide]
         done += live * (a + 1)

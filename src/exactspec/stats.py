@@ -50,10 +50,10 @@ class GenerationStats:
         tree_history: the tree drafted at each step (treemath.tree_label: children per node by depth).
         width_counts[w]: target calls that were fed w positions (a plain step 1, a chain step its longest
             draft + 1, a tree step its nodes + 1), so a cost model prices the calls at the widths they had.
-        row_length_accepted[r][k][a]: like length_accepted, for row r of the run's batch alone (its index
-            in the input_ids passed in; rows of merged runs add up by index), and row_tokens[r] the tokens
-            row r emitted: a batch's rows differ (one finds repeats for prompt lookup, another none), and
-            the slowest sets the batch's pace (exactspec.prediction.predict_batch).
+        step_rows: per target call, ``[row, k, a]`` for each row taking part (its index in the run's
+            input_ids, drafted k, accepted a; merged runs concatenate), and row_tokens[r] the tokens row r
+            emitted: a batch's rows differ (one finds repeats for prompt lookup, another none), they share
+            each step's width, and the slowest sets the batch's pace (exactspec.prediction.predict_batch).
     """
 
     target_calls: int = 0
@@ -83,7 +83,7 @@ class GenerationStats:
     rank_accepted: list[list[int]] = field(default_factory=list)
     tree_history: list[str] = field(default_factory=list)
     width_counts: list[int] = field(default_factory=list)
-    row_length_accepted: list[list[list[int]]] = field(default_factory=list)
+    step_rows: list[list[list[int]]] = field(default_factory=list)
     row_tokens: list[int] = field(default_factory=list)
 
     # ------------------------------------------------------------------------------ derived
@@ -156,7 +156,7 @@ class GenerationStats:
         for run in runs:
             for f in fields(cls):
                 mine, theirs = getattr(out, f.name), getattr(run, f.name)
-                if f.name in ("gamma_history", "tree_history"):
+                if f.name in ("gamma_history", "tree_history", "step_rows"):
                     mine.extend(theirs)
                 elif isinstance(mine, list):
                     _add_into(mine, theirs)
@@ -233,8 +233,8 @@ class GenerationStats:
         if not self.length_accepted:
             self.length_accepted.append([0])
         self.length_accepted[0][0] += rows
-        for r in row_ids or ():
-            _bump_length(self._row(r), 0, 0)
+        if row_ids is not None:
+            self.step_rows.append([[r, 0, 0] for r in row_ids])
 
     def record_step(self, draft_lengths: torch.Tensor, accepted: torch.Tensor, fed: int | None = None,
                     row_ids: list[int] | None = None) -> None:
@@ -252,8 +252,8 @@ class GenerationStats:
         for length, acc in zip(lengths, accs):
             _bump(self.length_counts, length)
             _bump_length(self.length_accepted, length, acc)
-        for r, length, acc in zip(row_ids or (), lengths, accs):
-            _bump_length(self._row(r), length, acc)
+        if row_ids is not None:
+            self.step_rows.append([[r, k, a] for r, k, a in zip(row_ids, lengths, accs)])
         k = int(draft_lengths.max()) if draft_lengths.numel() else 0
         if k == 0:
             return
@@ -267,12 +267,6 @@ class GenerationStats:
         for i, (r, a) in enumerate(zip(reached.sum(0).tolist(), acc.sum(0).tolist())):
             self.position_drafted[i] += int(r)
             self.position_accepted[i] += int(a)
-
-    def _row(self, r: int) -> list[list[int]]:
-        while len(self.row_length_accepted) <= r:
-            self.row_length_accepted.append([])
-        return self.row_length_accepted[r]
-
 
 def _bump_length(table: list[list[int]], length: int, acc: int) -> None:
     """table[length][acc] += 1 in a triangular [k][a] table (a <= k), grown as needed."""
