@@ -119,3 +119,16 @@ def test_rows_that_share_each_steps_length_are_priced_at_that_length_not_the_lon
         independent.append(t)
     assert got == pytest.approx(0.010 * (n - 1) / np.mean(shared), rel=0.02)
     assert 0.010 * (n - 1) / np.mean(independent) < 0.9 * got
+
+
+def test_a_rows_last_steps_cut_short_by_its_cap_are_replayed_at_the_end_not_drawn_in_mid_run():
+    """One row of 21 tokens: four steps of 4 drafted and kept, then a plain step (1 token left: the cap
+    is 0). The replay caps its own last step the same way, so the prediction is that run's time exactly;
+    had the capped step been drawn in mid-run, the row would need more steps."""
+    from exactspec.prediction import predict_batch
+
+    cm = CostModel(t_draft=0.001, target_times={1: 0.010, 5: 0.013}, t_overhead=0.0005)
+    steps = [[[0, 4, 4]]] * 4 + [[[0, 0, 0]]]
+    stats = _trace_stats(steps, [21], [0, 1, 0, 0, 0, 4], draft_calls=16)
+    run = 4 * (0.004 + 0.013 + 0.0005) + (0.010 + 0.0005)
+    assert predict_batch([stats], cm, n_tokens=21) == pytest.approx(0.010 * 20 / run, rel=1e-12)

@@ -64,7 +64,10 @@ def predict_batch(runs, cost, *, n_tokens: int, prefill_plain: float = 0.0, pref
     step): a simulated step draws one recorded step, whole, so the rows keep what they had in common (a
     model draft's rows share the step's length) and what set them apart (prompt lookup finds repeats in one
     row and none in another); a row that had left by then draws one of its own row-steps instead. Each
-    live row emits a + 1 tokens, until it has the tokens it emitted (``row_tokens``; EOS ends rows early).
+    live row emits a + 1 tokens, until it has the tokens it emitted (``row_tokens``; EOS ends rows early),
+    its draft capped at the tokens it has left minus one, as the engine caps it; the row-steps the run's
+    own caps or an EOS cut short are left out of the draws (drawn in mid-run, they emitted too little and
+    the prediction came out 4-10% slow at batch 4, r14).
     The step is priced as the engine runs it, every row at the longest live row's width: k draft calls
     (scaled by the run's draft calls per drafted position, which counts the calls whose position the
     policy then declined) and the cold extra, T_target(k + 1), the overhead; k = 0 is a plain step. The
@@ -92,10 +95,21 @@ def _batch_time(steps, tokens, cost, calls_per_position: float, sims: int, rng) 
     n_rows = len(tokens)
     k_of, a_of = np.full((len(steps), n_rows), -1), np.zeros((len(steps), n_rows))  # [S, R]; -1: row absent
     own: list[list[tuple[int, int]]] = [[] for _ in range(n_rows)]
+    emitted, total_of = [0] * n_rows, [0] * n_rows
+    for rows in steps:
+        for r, _, a in rows:
+            total_of[r] += a + 1  # what the row's recorded steps emitted (its tokens, up to an EOS cut)
     for s, rows in enumerate(steps):
         for r, k, a in rows:
-            k_of[s, r], a_of[s, r] = k, a
-            own[r].append((k, a))
+            # A row's last steps were cut short (drafts capped at the tokens left, or an EOS): drawn in
+            # mid-run they would emit too little. The replay caps its own last steps, so they stand out.
+            if emitted[r] + k + 1 < total_of[r]:
+                k_of[s, r], a_of[s, r] = k, a
+                own[r].append((k, a))
+            emitted[r] += a + 1
+    for r, rows in enumerate(own):  # (a row that ran a single step keeps it)
+        if not rows:
+            own[r] = [(k, a) for st in steps for rr, k, a in st if rr == r] or [(0, 0)]
     need = np.asarray(tokens, float)  # [R]
     kmax = int(k_of.max())
     price = np.array([(k * calls_per_position * cost.t_draft + cost.t_draft_cold if k else 0.0)
@@ -109,7 +123,9 @@ def _batch_time(steps, tokens, cost, calls_per_position: float, sims: int, rng) 
             if gap.any() and own[r]:
                 mine = np.asarray(own[r])[rng.integers(len(own[r]), size=int(gap.sum()))]
                 k[gap, r], a[gap, r] = mine[:, 0], mine[:, 1]
-        k = np.maximum(k, 0)
+        left = need - done  # [sims, R] as the engine caps a row's draft: at the tokens it has left - 1
+        k = np.minimum(np.maximum(k, 0), np.maximum(left - 1, 0)).astype(int)
+        a = np.minimum(a, k)
         wide = (k * live).max(1)  # [sims] the longest live row's draft
         total += live.any(1) * price[wide]
         done += live * (a + 1)
