@@ -103,18 +103,17 @@ def test_rows_that_share_each_steps_length_are_priced_at_that_length_not_the_lon
     stats = _trace_stats(steps, [n, n], [0, 0, 50] + [0] * 6 + [50], draft_calls=450)
     got = predict_batch([stats], cm, n_tokens=n, sims=3000)
     rng, shared, independent = np.random.default_rng(0), [], []
-    price = {1: 0.001 + 0.011, 8: 0.008 + 0.020}
-    for _ in range(3000):  # both rows advance together when they share the length
-        done = t = 0.0
+    for _ in range(3000):  # both rows advance together when they share the length; a draft is capped
+        done = t = 0  # at the tokens left - 1, as the engine caps it
         while done < n:
-            k = 1 if rng.random() < 0.5 else 8
-            done, t = done + k + 1, t + price[k]
+            k = min(1 if rng.random() < 0.5 else 8, n - done - 1)
+            done, t = done + k + 1, t + cm.step_time(k)
         shared.append(t)
-        done0 = done1 = t = 0.0
+        done0 = done1 = t = 0
         while min(done0, done1) < n:  # each row's length drawn on its own
-            k0, k1 = (1 if rng.random() < 0.5 else 8 for _ in range(2))
+            k0, k1 = (min(1 if rng.random() < 0.5 else 8, n - d - 1) for d in (done0, done1))
             live = [d < n for d in (done0, done1)]
-            t += price[max(k for k, lv in zip((k0, k1), live) if lv)]
+            t += cm.step_time(max(k for k, lv in zip((k0, k1), live) if lv))
             done0, done1 = done0 + live[0] * (k0 + 1), done1 + live[1] * (k1 + 1)
         independent.append(t)
     assert got == pytest.approx(0.010 * (n - 1) / np.mean(shared), rel=0.02)
