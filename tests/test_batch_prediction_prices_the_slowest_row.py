@@ -131,3 +131,8 @@ def test_a_rows_last_steps_cut_short_by_its_cap_are_replayed_at_the_end_not_draw
     stats = _trace_stats(steps, [21], [0, 1, 0, 0, 0, 4], draft_calls=16)
     run = 4 * (0.004 + 0.013 + 0.0005) + (0.010 + 0.0005)
     assert predict_batch([stats], cm, n_tokens=21) == pytest.approx(0.010 * 20 / run, rel=1e-12)
+    # Rows of one step each (max_new_tokens=1): nothing is left to draw from but those steps.
+    one = _trace_stats([[[0, 0, 0], [1, 0, 0]]], [1, 1], [0, 1], draft_calls=0)
+    one.position_drafted = [1]
+    assert predict_batch([one], cm, n_tokens=1, prefill_plain=0.02, prefill_spec=0.02) == \
+        pytest.approx(0.02 / (0.02 + 0.0105), rel=1e-12)

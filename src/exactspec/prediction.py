@@ -111,7 +111,7 @@ def _batch_time(steps, tokens, cost, calls_per_position: float, sims: int, rng) 
         if not rows:
             own[r] = [(k, a) for st in steps for rr, k, a in st if rr == r] or [(0, 0)]
     need = np.asarray(tokens, float)  # [R]
-    kmax = int(k_of.max())
+    kmax = max(k for rows in own for k, _ in rows)  # (own holds every length the draws can give)
     price = np.array([(k * calls_per_position * cost.t_draft + cost.t_draft_cold if k else 0.0)
                       + cost.t_target(k + 1) + cost.t_overhead for k in range(kmax + 1)])
     done, total = np.zeros((sims, n_rows)), np.zeros(sims)
