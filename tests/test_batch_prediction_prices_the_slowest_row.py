@@ -56,7 +56,8 @@ def _trace_stats(steps, tokens, widths, draft_calls=0):
     from exactspec.stats import GenerationStats
 
     return GenerationStats(step_rows=steps, row_tokens=tokens, width_counts=widths, draft_calls=draft_calls,
-                           target_calls=sum(widths), position_drafted=[1])
+                           target_calls=sum(widths), target_positions=sum(w * c for w, c in enumerate(widths)),
+                           position_drafted=[1])
 
 
 def test_a_row_without_repeats_sets_the_pace_and_every_step_is_as_wide_as_its_longest_row():

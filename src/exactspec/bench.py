@@ -324,7 +324,7 @@ def _report(results: dict[str, SystemResult], systems: dict[str, System], cfg: B
             "predicted_speedup": median(predicted.get(name, [])),
             "predicted_speedup_by_repeat": predicted.get(name),
             "speedup_vs_exactspec_loop_by_repeat": res.ratios_to(loop) if loop and st else None,
-            "predicted_speedup_forwards": predicted_speedup(system, st, cost_model) if st else None,
+            "predicted_speedup_forwards": predicted_speedup(system, res.stats, cost_model) if st else None,
             "plain_steps": st.plain_steps if st else None,
             # tree systems: steps that drafted a tree (tree="auto" runs gamma="auto"'s chain when trees do not pay)
             "tree_steps": len(st.tree_history) if st and system.tree is not None else None,

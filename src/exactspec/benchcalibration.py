@@ -53,20 +53,26 @@ def target_alone_loop(target, input_ids, attention_mask, *, max_new_tokens, temp
     return torch.stack(tokens, 1)
 
 
-def predicted_speedup(system, stats, cost_model, prefill: dict | None = None,
+def predicted_speedup(system, runs: list, cost_model, prefill: dict | None = None,
                       batch_size: int = 1) -> float | None:
-    """:func:`exactspec.prediction.predict` for one system: per step with the bare-forwards `cost_model` (a
-    model-free drafter's draft priced free), or end to end with `prefill` ({"plain": s, name: s per call,
-    "n_tokens": per row}), `cost_model` then being that system's calibrated model, used as is."""
+    """:func:`exactspec.prediction.predict` for one system (`runs`: its GenerationStats, one per prompt
+    batch): per step with the bare-forwards `cost_model` (a model-free drafter's draft priced free), or end
+    to end with `prefill` ({"plain": s, name: s per call, "n_tokens": per row}), `cost_model` then being
+    that system's calibrated model, used as is; a chain at batch size > 1 end to end replays each prompt
+    batch's rows (:func:`exactspec.prediction.predict_batch`)."""
     from exactspec.prediction import predict, predict_tree
 
+    stats = GenerationStats.merge(runs)
     if system.tree is not None:  # as predict's: none for a run that drafted nothing (tree="auto" may not)
         return predict_tree(stats, cost_model, prefill, system.name) if any(stats.position_drafted) else None
     if prefill is None:
         cm = cost_model.without_draft() if system.drafter == "prompt_lookup" else cost_model
         return predict(stats, cm)
+    if batch_size > 1:  # row by row, batch by batch
+        return predict_batch(runs, cost_model, n_tokens=prefill["n_tokens"], prefill_plain=prefill["plain"],
+                             prefill_spec=prefill[system.name])
     return predict(stats, cost_model, n_tokens=prefill["n_tokens"], prefill_plain=prefill["plain"],
-                   prefill_spec=prefill[system.name], batch_size=batch_size)
+                   prefill_spec=prefill[system.name])
 
 
 def plain_calibration_call(target, ids, mask, cfg, seed: int, cal: dict) -> None:
@@ -108,19 +114,13 @@ def predictions_by_repeat(results: dict, systems: dict, cfg,
                            by_repeat: list[tuple[dict, dict]]) -> dict[str, list]:
     """Per exactspec system, one loop-calibrated prediction per repeat: that repeat's timed acceptance priced
     by that repeat's calibration calls (`by_repeat`: :func:`calibrated` of each repeat; None for a repeat
-    that drafted nothing). Batch size > 1 (chains): each prompt batch's rows replayed from their own
-    verdicts (:func:`exactspec.prediction.predict_batch`)."""
+    that drafted nothing)."""
     out: dict[str, list] = {}
     for r, (costs, prefill) in enumerate(by_repeat):
         for name, cm in costs.items():
             stats = results[name].stats_by_repeat.get(r)
-            if stats and cfg.batch_size > 1 and systems[name].tree is None:  # row by row, batch by batch
-                pred = predict_batch(stats, cm, n_tokens=prefill["n_tokens"], prefill_plain=prefill["plain"],
-                                     prefill_spec=prefill[name])
-            else:
-                pred = predicted_speedup(systems[name], GenerationStats.merge(stats), cm, prefill,
-                                         cfg.batch_size) if stats else None
-            out.setdefault(name, []).append(pred)
+            out.setdefault(name, []).append(
+                predicted_speedup(systems[name], stats, cm, prefill, cfg.batch_size) if stats else None)
     return out
 
 

@@ -310,15 +310,16 @@ class SpeculativeGenerator:
                 # Statistics count what was emitted: an EOS among the accepted drafts ends the row there, and
                 # the drafts after it were neither emitted nor, for the statistics, proposed.
                 cut = ended & (count <= n)
+                rows = active.tolist()
                 stats.record_step(torch.where(cut, count, draft.lengths), torch.where(cut, count, n), fed=big_k + 1,
-                                  row_ids=active.tolist())
+                                  row_ids=rows)
                 write_emitted(out, from_draft, n_gen, active, emitted, n, count)
                 done = ended | (n_gen[active] >= max_new)
                 _sync(device)
                 stats.verify_time += time.perf_counter() - t2
                 stats.target_time += t2 - t1
                 step = StreamStep(
-                    rows=active.tolist(),
+                    rows=rows,
                     tokens=[r[:c] for r, c in zip(emitted.tolist(), count.tolist())],
                     from_draft=[[i < nb for i in range(c)] for nb, c in zip(n.tolist(), count.tolist())],
                     finished=done.tolist(), gamma=big_k, drafted=draft.lengths.tolist())

@@ -82,7 +82,7 @@ def predict_batch(runs, cost, *, n_tokens: int, prefill_plain: float = 0.0, pref
     for stats in runs:
         if not stats.step_rows or not any(n > 0 for n in stats.row_tokens):
             continue
-        positions = sum((w - 1) * c for w, c in enumerate(stats.width_counts) if w > 1)  # drafted, per call
+        positions = stats.target_positions - stats.target_calls  # positions drafted, summed over calls
         ratio = stats.draft_calls / positions if positions and stats.draft_calls else 1.0
         plain += prefill_plain + (n_tokens - 1) * t1
         spec += prefill_spec + _batch_time(stats.step_rows, stats.row_tokens, cost, ratio, sims, rng)
@@ -112,15 +112,15 @@ def _batch_time(steps, tokens, cost, calls_per_position: float, sims: int, rng) 
             own[r] = [(k, a) for st in steps for rr, k, a in st if rr == r] or [(0, 0)]
     need = np.asarray(tokens, float)  # [R]
     kmax = max(k for rows in own for k, _ in rows)  # (own holds every length the draws can give)
-    price = np.array([(k * calls_per_position * cost.t_draft + cost.t_draft_cold if k else 0.0)
-                      + cost.t_target(k + 1) + cost.t_overhead for k in range(kmax + 1)])
+    # CostModel.step_time, with the calls a drafted position took
+    price = np.array([cost.step_time(k) + (calls_per_position - 1.0) * k * cost.t_draft for k in range(kmax + 1)])
     done, total = np.zeros((sims, n_rows)), np.zeros(sims)
     while (live := done < need).any():
         pick = rng.integers(len(steps), size=sims)  # [sims] one recorded step each
         k, a = k_of[pick], a_of[pick]  # [sims, R]
         for r in range(n_rows):  # a row absent from the drawn step: one of its own row-steps
             gap = k[:, r] < 0
-            if gap.any() and own[r]:
+            if gap.any():
                 mine = np.asarray(own[r])[rng.integers(len(own[r]), size=int(gap.sum()))]
                 k[gap, r], a[gap, r] = mine[:, 0], mine[:, 1]
         left = need - done  # [sims, R] as the engine caps a row's draft: at the tokens it has left - 1

@@ -281,7 +281,8 @@ def run_tree(gen, ids, mask, max_new, spec, tree, eos, pad, prior_key=()):
         depth = torch.zeros_like(n) if dtree is None else \
             torch.where(dtree.tokens >= 0, dtree.depth, torch.zeros_like(dtree.depth)).max(1).values
         shown = torch.minimum(n, count)
-        stats.record_step(torch.where(count <= n, count, depth), shown, fed=fed, row_ids=active.tolist())
+        rows = active.tolist()
+        stats.record_step(torch.where(count <= n, count, depth), shown, fed=fed, row_ids=rows)
         stats.record_tree(n.tolist(), verified_pairs(dtree, path, n),
                           0 if dtree is None else int((dtree.tokens >= 0).sum()))
         stats.gamma_history.append(calls)
@@ -295,7 +296,7 @@ def run_tree(gen, ids, mask, max_new, spec, tree, eos, pad, prior_key=()):
         stats.target_time += t_target
         stats.verify_time += (t2 - t0) - t_draft - t_target
         t_out = time.perf_counter()
-        yield StreamStep(rows=active.tolist(),
+        yield StreamStep(rows=rows,
                          tokens=[r[:c] for r, c in zip(emitted.tolist(), count.tolist())],
                          from_draft=[[i < nb for i in range(c)] for nb, c in zip(n.tolist(), count.tolist())],
                          finished=done.tolist(), gamma=calls,
