@@ -326,3 +326,29 @@ def test_calibrate_after_plain_steps_does_not_price_a_probes_catch_up_as_every_c
     lookup = GenerationStats(target_calls=10, target_positions=14, draft_time=0.002, target_time=0.1,
                              verify_time=0.001, plain_steps=6)  # a model-free drafter with plain steps
     assert bare.calibrate(lookup).t_draft == 0.001 and bare.calibrate(lookup).t_draft_cold == 0.0
+
+
+def test_a_steps_first_draft_call_is_timed_with_its_draw_as_every_later_call_is(monkeypatch):
+    """first_call_time holds the first call's whole iteration (forward, q, the draw), as each later call's
+    share of the draft time does. Timed up to the forward alone, every call's draw landed on the later
+    calls, calibrate's t_draft came out dearer than a call and its cold extra clamped to 0 (r14: 3.2 ms per
+    call priced where 2.6 ran, gamma="auto" at T = 1 predicted 13% slow)."""
+    import time as _time
+
+    from exactspec import SpeculativeGenerator
+    from exactspec.hfconfig import SamplingSpec
+
+    draw, slow = SamplingSpec.sample, 0.02  # a draw far dearer than the tiny draft's forward
+
+    def sample(self, q):
+        _time.sleep(slow)
+        return draw(self, q)
+
+    monkeypatch.setattr(SamplingSpec, "sample", sample)
+    target, draft = tiny_llama(64, 2, 0), tiny_llama(32, 1, 1)
+    st = SpeculativeGenerator(target, draft).generate(torch.randint(0, 128, (1, 8)), max_new_tokens=13, gamma=3,
+                                                     do_sample=True, eos_token_id=[], seed=0).stats
+    assert st.draft_steps > 0 and st.draft_calls > st.draft_steps
+    assert st.draft_first_time >= slow * st.draft_steps  # each first call's draw is in it
+    later = (st.draft_time - st.draft_first_time) / (st.draft_calls - st.draft_steps)
+    assert later >= slow and later < 2 * slow  # one draw per later call, not the first calls' draws too

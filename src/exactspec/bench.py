@@ -157,9 +157,9 @@ def build_systems(target, draft, tokenizer, cfg: BenchConfig, cost_model) -> dic
         out = target.generate(ids, attention_mask=mask, **hf_kw, **extra)
         return (out.shape[1] - ids.shape[1]) * ids.shape[0], None, out[:, ids.shape[1]:]
 
-    def loop(ids, mask, seed):
+    def loop(ids, mask, seed, timings=None):
         toks = target_alone_loop(target, ids, mask, max_new_tokens=cfg.max_new_tokens,
-                                 temperature=cfg.temperature, seed=seed, top_p=cfg.top_p)
+                                 temperature=cfg.temperature, seed=seed, top_p=cfg.top_p, timings=timings)
         return toks.numel(), None, toks
 
     def ours(name, gamma, method="token", drafter="model", tree=None):
@@ -224,7 +224,9 @@ def run_bench(target, draft, tokenizer, cfg: BenchConfig, progress=None) -> dict
         system.run(*batches[0], cfg.seed)
     passes = []  # per repeat: the untimed calibration calls (exactspec systems' statistics, plain seconds)
     spec_names = [k for k, s in systems.items() if s.kind == "exactspec"]
-    plain_before = next((k for k, s in systems.items() if s.kind == "loop"), spec_names[0] if spec_names else None)
+    # Plain decoding is priced by our loop's timed call; a bench without it makes an untimed one instead.
+    plain_before = None if any(s.kind == "loop" for s in systems.values()) else \
+        spec_names[0] if spec_names else None
     for r in range(cfg.repeats):
         totals = {name: [0.0, 0] for name in systems}
         cal = {"stats": {k: [] for k in spec_names}, "plain": 0.0, "plain_prefill": 0.0, "calls": 0}
@@ -234,12 +236,16 @@ def run_bench(target, draft, tokenizer, cfg: BenchConfig, progress=None) -> dict
                 # Each timed call of ours follows its own untimed calibration call, back to back, so the
                 # prediction prices the loop at the machine's speed of that moment: this VM's speed drifts
                 # by up to 25% within a bench, and a pass made apart from the timed call missed that.
-                if name == plain_before:  # plain decoding's price, once per batch, next to the loop's call
+                if name == plain_before:  # plain decoding's price, once per batch, when no loop call is timed
                     plain_calibration_call(target, ids, mask, cfg, cal_seed, cal)
                 if system.kind == "exactspec":
                     cal["stats"][name].append(system.run(ids, mask, cal_seed)[1])
+                timings: dict = {}
                 t0 = time.perf_counter()
-                n, stats, new = system.run(ids, mask, cfg.seed + 1000 * r + b)
+                n, stats, new = system.run(ids, mask, cfg.seed + 1000 * r + b,
+                                           **({"timings": timings} if system.kind == "loop" else {}))
+                if system.kind == "loop":  # plain decoding's price: this very call
+                    plain_calibration_call(target, ids, mask, cfg, cal_seed, cal, time.perf_counter() - t0, timings)
                 if equal is not None and r == cfg.repeats - 1:
                     if name == BASELINE:
                         reference, cut_from = new, None

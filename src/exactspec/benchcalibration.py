@@ -1,12 +1,16 @@
 """The bench's loop-calibrated predictions: what each exactspec system's measured acceptance predicts, priced
 by untimed calibration calls of the loop made beside the timed ones.
 
-Each timed call of an exactspec system follows its own untimed call, back to back; once per prompt batch,
-next to our target-alone loop's timed call, an untimed call of that loop prices plain decoding. This VM's
-speed drifts by up to 25% within a bench; a calibration pass made apart from the timed calls (r10: one
-pass over all systems before each repeat) was priced at another speed than the calls it priced, and the
-held-out predictions came out 12-17% low. Each repeat is predicted from its own calls (:func:`calibrated`
-of that repeat), and the report gives their median and measured ÷ predicted per system.
+Each timed call of an exactspec system follows its own untimed call, back to back: that call's statistics
+price the system's draft step, target calls and per-step overhead. Plain decoding, the baseline every
+speedup is a ratio to, is priced by our target-alone loop's timed call of the same repeat (measured, not
+predicted: an untimed call of it beside the timed one differed from it by up to 10% at batch 4, a noise
+that only blurred what is predicted, the speculative run's time; without that system in the bench, an
+untimed call of the loop stands in). This VM's speed drifts by up to 25% within a bench; a calibration pass
+made apart from the timed calls (r10: one pass over all systems before each repeat) was priced at another
+speed than the calls it priced, and the held-out predictions came out 12-17% low. Each repeat is predicted
+from its own calls (:func:`calibrated` of that repeat), and the report gives their median and measured ÷
+predicted per system.
 """
 from __future__ import annotations
 
@@ -36,7 +40,8 @@ def target_alone_loop(target, input_ids, attention_mask, *, max_new_tokens, temp
     mask = attention_mask
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
     t0 = time.perf_counter()
-    out = target(input_ids=input_ids, attention_mask=mask, position_ids=pos, use_cache=True)
+    # logits of the last position only, as generate() and the speculative engine's prefill
+    out = target(input_ids=input_ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1)
     if timings is not None:
         timings["prefill"] = time.perf_counter() - t0
     cache, tokens = out.cache, []
@@ -75,16 +80,21 @@ def predicted_speedup(system, runs: list, cost_model, prefill: dict | None = Non
                    prefill_spec=prefill[system.name])
 
 
-def plain_calibration_call(target, ids, mask, cfg, seed: int, cal: dict) -> None:
-    """One untimed call of our target-alone loop into the repeat's calibration record `cal`: its seconds
-    (whole call, and prefill) price plain decoding. The exactspec systems' untimed calls, each just before
-    its timed one, add their run statistics, which price the draft step and the per-step overhead inside
-    the loop (block verification costs more than the token rule, prompt lookup drafts in Python)."""
-    timings: dict = {}
-    t0 = time.perf_counter()
-    target_alone_loop(target, ids, mask, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
-                      top_p=cfg.top_p, seed=seed, timings=timings)
-    cal["plain"] += time.perf_counter() - t0
+def plain_calibration_call(target, ids, mask, cfg, seed: int, cal: dict, timed: float | None = None,
+                           timings: dict | None = None) -> None:
+    """Plain decoding's price into the repeat's calibration record `cal`: the seconds of a call of our
+    target-alone loop (whole call, and prefill). The timed call's (`timed` seconds, its `timings`) when the
+    bench runs that loop; otherwise one untimed call made here. The exactspec systems' untimed calls, each
+    just before its timed one, add their run statistics, which price the draft step and the per-step
+    overhead inside the loop (block verification costs more than the token rule, prompt lookup drafts in
+    Python)."""
+    if timed is None:
+        timings = {}
+        t0 = time.perf_counter()
+        target_alone_loop(target, ids, mask, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
+                          top_p=cfg.top_p, seed=seed, timings=timings)
+        timed = time.perf_counter() - t0
+    cal["plain"] += timed
     cal["plain_prefill"] += timings["prefill"]
     cal["calls"] += 1
 

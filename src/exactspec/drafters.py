@@ -32,7 +32,9 @@ class Draft:
     """One step's proposal. `tokens [B, K]` int64 (entries past `lengths[b]` are filler),
     `probs [B, K, V]` fp32 or None for one-hot q, `lengths [B]` int64; `confidence [B, K]` the draft's top
     probability at each position (None for a model-free drafter), `calls` draft-model forward passes and
-    `first_call_time` the seconds of the first one (the cold call right after the target's forward)."""
+    `first_call_time` the seconds of the first one's whole iteration (the cold call right after the target's
+    forward, with its q, the policy's look and the draw: what each later call's share of the draft time
+    holds too, so that calibrate's split into t_draft and t_draft_cold prices every call alike)."""
 
     tokens: torch.Tensor
     probs: torch.Tensor | None
@@ -40,6 +42,12 @@ class Draft:
     confidence: torch.Tensor | None = None
     calls: int = 0
     first_call_time: float = 0.0
+
+
+def _elapsed(t0: float, device: torch.device) -> float:
+    if device.type == "cuda":  # honest timings need the queued kernels finished
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - t0
 
 
 class Drafter(Protocol):
@@ -90,13 +98,11 @@ class DraftModelDrafter:
         first, t0 = 0.0, time.perf_counter()
         ask = policy is not None and policy.wants_confidence
         for i in range(big_k):  # feeds pending, d_1 .. d_{K-1}; d_K is sampled but not fed
+            if i == 1:  # the first call's whole iteration (its forward, q, the policy's look, the draw),
+                first = _elapsed(t0, inp.device)  # as every later call's share of the draft time counts it
             logits = self.state.forward(inp, valid, logits_to_keep=1)[:, -1]  # [B, V_draft]
             self._calls += 1
             q = None if spec.greedy else spec.probs(logits)  # [B, V]; greedy verification never reads q
-            if i == 0:
-                if logits.device.type == "cuda":  # honest timings need the queued kernels finished
-                    torch.cuda.synchronize(logits.device)
-                first = time.perf_counter() - t0
             if ask:  # the decision reads q_{i+1} only, never the token about to be drawn from it
                 conf = (q if q is not None else
                         torch.softmax(logits[:, : spec.vocab_size].float(), -1)).amax(-1)  # [B]
@@ -115,6 +121,8 @@ class DraftModelDrafter:
             if ask and i + 1 < big_k and not policy.more(i + 1):  # the next draft call would not pay
                 break
             inp, valid = d[:, None], torch.ones(b, 1, dtype=torch.bool, device=d.device)
+        if self._calls == 1:
+            first = _elapsed(t0, caps.device)
         n = len(tokens)
         tok = torch.stack(tokens, 1) if n else torch.zeros(b, 0, dtype=torch.long, device=caps.device)
         return Draft(tok, torch.stack(probs, 1) if probs else None, lengths,

@@ -126,10 +126,12 @@ class _Builder:
         return logits[:, -1:]
 
     def _count(self, t0, logits):
-        if self.calls == 0:
+        if self.calls == 0:  # the first call's iteration runs until the next call starts (feed)
+            self.t_first = t0
+        elif self.calls == 1:  # (a step of one call: the caller counts its whole draft time)
             if logits.device.type == "cuda":
                 torch.cuda.synchronize(logits.device)
-            self.drafter.first_call_time += time.perf_counter() - t0
+            self.drafter.first_call_time += t0 - self.t_first
         self.calls += 1
         self.drafter.forward_calls += 1
 

@@ -272,9 +272,9 @@ def run_tree(gen, ids, mask, max_new, spec, tree, eos, pad, prior_key=()):
         emitted, n, nxt, dtree, path, fed = stepper.step(pending, plan, int(left.max()) - 1)
         calls = drafter.forward_calls - calls0
         stats.draft_calls += calls
-        if calls:
+        if calls:  # the first call's whole iteration, as exactspec.drafters times a chain's
             stats.draft_steps += 1
-            stats.draft_first_time += drafter.first_call_time - first0
+            stats.draft_first_time += drafter.first_call_time - first0 if calls > 1 else stepper.times[0]
         _sync(device)
         # a tree deeper than the tokens left is cut, exactly; then after the first EOS
         count, ended = cut_at_eos(emitted, torch.minimum(n + 1, left), eos)
