@@ -64,13 +64,15 @@ def bench_markdown(report: dict) -> str:
     if errors:
         worst = max(errors, key=lambda k: abs(errors[k]))
         inside = sum(abs(e) <= 0.10 for e in errors.values())
-        lines += ["", f"Measured ÷ predicted (loop-calibrated, both × our loop): {inside} of {len(errors)} systems "
+        lines += ["", f"Measured ÷ predicted (loop-calibrated, both × our loop; the median over repeats of each repeat's "
+                  f"ratio): {inside} of {len(errors)} systems "
                   f"within ±10%; worst {errors[worst]:+.0%} ({worst})."]
     lines += ["", "Predicted × (loop-calibrated): per-position acceptance measured here, priced by untimed "
               "calibration calls, each made just before the timed call it prices (the speculative loop's draft "
               "step and per-step overhead), against plain decoding as our target-alone loop's timed call of "
-              "that repeat ran it (the baseline is measured, not predicted), end to end with both prefills; one prediction per repeat, median; at batch size > 1 each prompt batch is replayed from "
-              "its recorded steps (every row's verdicts, each step as wide as its longest row; "
+              "that repeat ran it (the baseline is measured, not predicted), end to end with both prefills; "
+              "one prediction per repeat, median; at batch size > 1 each prompt batch's own steps are priced "
+              "(it waits for its slowest row, each call as wide as its longest row; "
               "exactspec.prediction.predict_batch). Compare it with the '× target (our loop)' column. "
               "Every × column is the median over repeats of the ratio within a repeat (the systems of a repeat "
               "ran interleaved). Predicted × (forwards only): the paper's per-step analysis with bare "
