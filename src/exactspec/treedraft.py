@@ -129,14 +129,14 @@ class _Builder:
         if self.calls == 0:  # the first call's iteration runs until the next call starts (feed)
             self.t_first = t0
         elif self.calls == 1:  # (a step of one call: the caller counts its whole draft time)
-            if logits.device.type == "cuda":
-                torch.cuda.synchronize(logits.device)
             self.drafter.first_call_time += t0 - self.t_first
         self.calls += 1
         self.drafter.forward_calls += 1
 
     def feed(self, nodes: torch.Tensor) -> torch.Tensor:
         """Feed frontier nodes `[B, F]` (node ids) in one forward; return their logits [B, F, Vd]."""
+        if self.calls == 1 and self.dev.type == "cuda":  # the first call's iteration ends here: finished
+            torch.cuda.synchronize(self.dev)
         t0 = time.perf_counter()
         tok = self.tokens.gather(1, nodes)
         dep = self.depth.gather(1, nodes)
