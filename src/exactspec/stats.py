@@ -53,7 +53,8 @@ class GenerationStats:
         step_rows: per target call, ``[row, k, a]`` for each row taking part (its index in the run's
             input_ids, drafted k, accepted a; merged runs concatenate), and row_tokens[r] the tokens row r
             emitted: a batch's rows differ (one finds repeats for prompt lookup, another none), they share
-            each step's width, and the slowest sets the batch's pace (exactspec.prediction.predict_batch).
+            each step's width, and the slowest sets the batch's pace (what row set it, step by step; the
+            prediction, exactspec.prediction.predict_batch, needs only the counts).
     """
 
     target_calls: int = 0
