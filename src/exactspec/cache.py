@@ -28,6 +28,12 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
 
+def sync(device: torch.device) -> None:
+    """Wait for `device`'s queued kernels (CUDA), so that a timing taken next is honest; a no-op on CPU."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 class GrowingLayer(DynamicLayer):
     """A `DynamicLayer` that appends into spare capacity instead of concatenating.
 

@@ -271,7 +271,7 @@ class CostModel:
         """
         import torch
 
-        from exactspec.cache import SlotCache
+        from exactspec.cache import SlotCache, sync as _sync
         from exactspec.runargs import _max_positions
 
         for name, model in (("target_model", target_model), ("draft_model", draft_model)):
@@ -369,10 +369,3 @@ def _model_info(model) -> dict[str, Any]:
     name = getattr(cfg, "name_or_path", "") or type(model).__name__
     return {"name": str(name), "class": type(model).__name__,
             "params": int(sum(p.numel() for p in model.parameters()))}
-
-
-def _sync(device) -> None:
-    if getattr(device, "type", "cpu") == "cuda":
-        import torch
-
-        torch.cuda.synchronize(device)

@@ -23,7 +23,7 @@ import weakref
 import torch
 import torch.nn.functional as F
 
-from exactspec.cache import SlotCache
+from exactspec.cache import SlotCache, sync as _sync
 from exactspec.checks import ArgumentTypeError, check_bool, check_int
 from exactspec.drafters import DraftModelDrafter, PromptLookupDrafter
 from exactspec.hfconfig import Prefixes, SamplingSpec
@@ -72,11 +72,6 @@ def prefill(model, drafter, ids: torch.Tensor, mask: torch.Tensor):
     drafter.start(ids, mask)
     _sync(ids.device)
     return target, ids[:, -1]
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":  # honest timings need the queued kernels finished
-        torch.cuda.synchronize(device)
 
 
 class SpeculativeGenerator:

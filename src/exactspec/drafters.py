@@ -23,7 +23,7 @@ from typing import Protocol
 
 import torch
 
-from exactspec.cache import SlotCache, left_pack
+from exactspec.cache import SlotCache, left_pack, sync
 from exactspec.hfconfig import SamplingSpec  # noqa: F401  (the spec drafters receive; re-exported)
 
 
@@ -42,12 +42,6 @@ class Draft:
     confidence: torch.Tensor | None = None
     calls: int = 0
     first_call_time: float = 0.0
-
-
-def _elapsed(t0: float, device: torch.device) -> float:
-    if device.type == "cuda":  # honest timings need the queued kernels finished
-        torch.cuda.synchronize(device)
-    return time.perf_counter() - t0
 
 
 class Drafter(Protocol):
@@ -99,7 +93,8 @@ class DraftModelDrafter:
         ask = policy is not None and policy.wants_confidence
         for i in range(big_k):  # feeds pending, d_1 .. d_{K-1}; d_K is sampled but not fed
             if i == 1:  # the first call's whole iteration (its forward, q, the policy's look, the draw),
-                first = _elapsed(t0, inp.device)  # as every later call's share of the draft time counts it
+                sync(inp.device)  # as every later call's share of the draft time counts it
+                first = time.perf_counter() - t0
             logits = self.state.forward(inp, valid, logits_to_keep=1)[:, -1]  # [B, V_draft]
             self._calls += 1
             q = None if spec.greedy else spec.probs(logits)  # [B, V]; greedy verification never reads q
@@ -122,7 +117,8 @@ class DraftModelDrafter:
                 break
             inp, valid = d[:, None], torch.ones(b, 1, dtype=torch.bool, device=d.device)
         if self._calls == 1:
-            first = _elapsed(t0, caps.device)
+            sync(caps.device)
+            first = time.perf_counter() - t0
         n = len(tokens)
         tok = torch.stack(tokens, 1) if n else torch.zeros(b, 0, dtype=torch.long, device=caps.device)
         return Draft(tok, torch.stack(probs, 1) if probs else None, lengths,

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 
 import torch
 
+from exactspec.cache import sync
+
 __all__ = ["DraftTree", "draft_tree", "ancestors"]
 
 
@@ -135,8 +137,8 @@ class _Builder:
 
     def feed(self, nodes: torch.Tensor) -> torch.Tensor:
         """Feed frontier nodes `[B, F]` (node ids) in one forward; return their logits [B, F, Vd]."""
-        if self.calls == 1 and self.dev.type == "cuda":  # the first call's iteration ends here: finished
-            torch.cuda.synchronize(self.dev)
+        if self.calls == 1:  # the first call's iteration ends here: its kernels finished
+            sync(self.dev)
         t0 = time.perf_counter()
         tok = self.tokens.gather(1, nodes)
         dep = self.depth.gather(1, nodes)

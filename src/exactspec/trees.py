@@ -23,7 +23,7 @@ import time
 
 import torch
 
-from exactspec.cache import left_pack
+from exactspec.cache import left_pack, sync as _sync
 from exactspec.candidates import verify_candidates
 from exactspec.treedraft import ancestors, draft_tree
 from exactspec.treemath import shape_parents, tree_label
@@ -31,10 +31,6 @@ from exactspec.treepolicy import learn_from_trees, planner_for
 
 __all__ = ["parse_tree", "TreeStepper", "run_tree"]
 
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":  # honest timings need the queued kernels finished
-        torch.cuda.synchronize(device)
 
 DYNAMIC_WIDTH, DYNAMIC_BRANCH, DYNAMIC_MAX_DEPTH = 3, 3, 6
 
