@@ -42,9 +42,7 @@ def predict_tree(stats, cost, prefill: dict | None = None, name: str | None = No
     if not stats.target_calls or not stats.row_steps:
         return None
     e = stats.mean_tokens_per_step
-    calls = stats.draft_calls / stats.target_calls
-    step = calls * cost.t_draft + cost.t_draft_cold * stats.draft_steps / stats.target_calls + \
-        cost.mean_target_time(stats) + cost.t_overhead
+    step = _loop_seconds(stats, cost) / stats.target_calls
     t1 = cost.t_target(1)
     if prefill is None:
         return e * t1 / step
@@ -72,6 +70,12 @@ def predict_batch(runs, cost, *, n_tokens: int, prefill_plain: float = 0.0, pref
         if not stats.target_calls:
             continue
         plain += prefill_plain + (n_tokens - 1) * t1
-        spec += prefill_spec + stats.target_calls * (cost.mean_target_time(stats) + cost.t_overhead) + \
-            stats.draft_calls * cost.t_draft + stats.draft_steps * cost.t_draft_cold
+        spec += prefill_spec + _loop_seconds(stats, cost)
     return plain / spec if spec > 0 and any(any(s.position_drafted) for s in runs) else None
+
+
+def _loop_seconds(stats, cost) -> float:
+    """A run's decoding loop priced by `cost` from its counts: t_draft per draft call, the cold extra per
+    step that called the draft, T_target at each call's width (``width_counts``) and the overhead per call."""
+    return stats.draft_calls * cost.t_draft + stats.draft_steps * cost.t_draft_cold + \
+        stats.target_calls * (cost.mean_target_time(stats) + cost.t_overhead)
