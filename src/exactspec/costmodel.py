@@ -34,7 +34,9 @@ class CostModel:
     everything that is not a forward pass, ``t_draft_cold`` the extra cost of a step's first draft call
     (the target's forward has just evicted the draft's weights from the caches); both 0 unless calibrated.
     A step drafting gamma >= 1 tokens costs ``gamma * t_draft + t_draft_cold + T_target(gamma + 1) +
-    t_overhead``; plain decoding costs ``T_target(1)`` per token.
+    t_overhead``; a plain step of the loop (gamma = 0: nothing to verify) ``T_target(1) + t_overhead_plain``
+    (None, the default: ``t_overhead``; :meth:`calibrate` measures it apart when a run took plain steps,
+    which skip the verification path); plain decoding costs ``T_target(1)`` per token.
 
     ``t_target(k)`` interpolates the table linearly; beyond the largest measured k it extrapolates from the
     last two points (slope clamped at >= 0: verifying more tokens never gets cheaper); below the smallest
@@ -42,9 +44,11 @@ class CostModel:
     """
 
     def __init__(self, t_draft: float, target_times: Mapping[int, float], metadata: Mapping | None = None,
-                 t_overhead: float = 0.0, t_draft_cold: float = 0.0):
+                 t_overhead: float = 0.0, t_draft_cold: float = 0.0, t_overhead_plain: float | None = None):
         t_draft, t_overhead = _seconds(t_draft, "t_draft"), _seconds(t_overhead, "t_overhead")
         t_draft_cold = _seconds(t_draft_cold, "t_draft_cold")
+        if t_overhead_plain is not None:
+            t_overhead_plain = _seconds(t_overhead_plain, "t_overhead_plain")
         if not isinstance(target_times, Mapping):
             raise ArgumentTypeError(f"target_times must be a mapping {{k: seconds}}, got {target_times!r}")
         if not target_times:
@@ -61,18 +65,29 @@ class CostModel:
         self.t_draft = t_draft
         self.t_overhead = t_overhead
         self.t_draft_cold = t_draft_cold
+        self._t_overhead_plain = t_overhead_plain
         self.target_times = dict(sorted(table.items()))
         self.metadata = dict(metadata or {})
 
     def __repr__(self) -> str:
         extra = f", t_overhead={self.t_overhead:.3g}" if self.t_overhead else ""
         extra += f", t_draft_cold={self.t_draft_cold:.3g}" if self.t_draft_cold else ""
+        extra += f", t_overhead_plain={self._t_overhead_plain:.3g}" if self._t_overhead_plain is not None else ""
         return f"CostModel(t_draft={self.t_draft:.3g}, target_times={self.target_times}{extra})"
 
     def __eq__(self, other) -> bool:
         return (isinstance(other, CostModel) and self.t_draft == other.t_draft
                 and self.target_times == other.target_times and self.t_overhead == other.t_overhead
-                and self.t_draft_cold == other.t_draft_cold)
+                and self.t_draft_cold == other.t_draft_cold and self.t_overhead_plain == other.t_overhead_plain)
+
+    @property
+    def t_overhead_plain(self) -> float:
+        """Seconds a plain step of the loop adds to ``T_target(1)`` (``t_overhead`` unless measured apart)."""
+        return self.t_overhead if self._t_overhead_plain is None else self._t_overhead_plain
+
+    def overhead(self, gamma: int) -> float:
+        """The loop's per-step overhead of a step drafting `gamma` tokens (0: a plain step)."""
+        return self.t_overhead if gamma > 0 else self.t_overhead_plain
 
     # ------------------------------------------------------------------------------------ queries
     def t_target(self, k: float) -> float:
@@ -101,7 +116,7 @@ class CostModel:
         (a token tree of n nodes and depth gamma: gamma draft calls, one per depth, and n + 1 tokens)."""
         gamma = check_int("gamma", gamma, min=0)
         cold = self.t_draft_cold if gamma > 0 else 0.0
-        return gamma * self.t_draft + cold + self.t_target(gamma + 1 if width is None else width) + self.t_overhead
+        return gamma * self.t_draft + cold + self.t_target(gamma + 1 if width is None else width) + self.overhead(gamma)
 
     def mean_target_time(self, stats) -> float:
         """Seconds of a run's mean target call (`stats`: a GenerationStats) priced at the widths its calls
@@ -124,12 +139,12 @@ class CostModel:
                 blocks[-1][1] += n_
         fitted = [b[0] / b[1] for b in blocks for _ in range(int(b[1]))]
         return CostModel(self.t_draft, dict(zip(self.target_times, fitted)), self.metadata, self.t_overhead,
-                         self.t_draft_cold)
+                         self.t_draft_cold, self._t_overhead_plain)
 
     def without_draft(self) -> "CostModel":
         """The same target timings with a free draft (t_draft = 0): the cost of a model-free drafter such
         as prompt lookup, whose n-gram search is negligible next to a target call."""
-        return CostModel(0.0, self.target_times, self.metadata, self.t_overhead, 0.0)
+        return CostModel(0.0, self.target_times, self.metadata, self.t_overhead, 0.0, self._t_overhead_plain)
 
     def calibrate(self, stats, plain_time: float | None = None) -> "CostModel":
         """This model re-priced from a real run (`stats`: a GenerationStats, or a list merged together).
@@ -137,10 +152,14 @@ class CostModel:
         ``t_draft`` becomes the run's draft time per draft call (the later calls of a step; the first, cold
         one's extra time becomes ``t_draft_cold`` when steps drafted more than one token); ``t_overhead``
         the run's target + verification time per target call minus what the bare forwards cost at the
-        widths the calls had (``GenerationStats.width_counts``: positions fed per target call). A run
-        without draft-model calls (a model-free drafter) keeps ``t_draft`` and counts its drafting time as
-        per-step overhead. ``target_times`` stay the bare
-        forwards, so plain decoding is priced by the bare ``T_target(1)``, unless ``plain_time`` is given:
+        widths the calls had (``GenerationStats.width_counts``: positions fed per target call). Plain steps
+        (the loop's steps that drafted nothing) are priced apart when the run timed them
+        (``GenerationStats.plain_step_time``): ``t_overhead`` is then the speculative steps' overhead (the
+        given model's when the run made none) and ``t_overhead_plain`` what a plain step adds to
+        ``T_target(1)``. A run without draft-model calls (a model-free drafter) keeps ``t_draft`` and counts
+        its drafting time as per-step overhead. ``target_times`` stay the bare forwards, so plain decoding
+        is priced by the bare ``T_target(1)`` (or by the run's own plain steps when they cost less, the
+        table shifted alike), unless ``plain_time`` is given:
         seconds per token of plain decoding as it runs (e.g. a target-alone loop timed next to the
         speculative run). Then the target table is shifted so that ``T_target(1)`` equals it (the same
         per-call cost added to every k) and ``t_overhead`` is what remains per speculative step, so speedups
@@ -158,7 +177,6 @@ class CostModel:
         if not stats.target_calls or not stats.target_positions:
             raise ValueError("calibrate needs the statistics of a run with at least one target call")
         calls = stats.target_calls
-        width = stats.target_positions / calls
         per_step = stats.target_time + stats.verify_time
         cold = 0.0
         # After a run of plain steps (gamma="auto"), a probe's first draft call also feeds the draft every
@@ -185,38 +203,62 @@ class CostModel:
             cold = min(cold, t_draft)
         if not stats.draft_calls:  # a model-free drafter (prompt lookup): its search is a per-step cost, not per token
             t_draft, per_step = self.t_draft, per_step + stats.draft_time
-        shift = 0.0 if plain_time is None else _seconds(plain_time, "plain_time") - self.t_target(1)
+        # Plain steps (nothing drafted: no verification, no rollback, exactspec.plainstep) are priced apart
+        # from speculative ones when the run timed them (GenerationStats.plain_step_time). One overhead
+        # pooled over both priced a plain step dearer and a drafting step cheaper than they ran: prompt
+        # lookup at T = 1 drafted width-1 steps at 1.125x a plain step's time for ~1.1 tokens, at 0.92x the
+        # target alone where plain steps alone ran at 0.98x (2026-12-02).
+        plain = stats.plain_steps if stats.plain_step_time > 0 else 0
+        spec = calls - plain
+        own_plain = stats.plain_step_time / plain if plain else None
+        if plain_time is not None:
+            shift = _seconds(plain_time, "plain_time") - self.t_target(1)
+        elif own_plain is not None and own_plain < self.t_target(1) \
+                and min(self.target_times.values()) + own_plain - self.t_target(1) > 0:
+            # the run's own plain steps cost less than the bare T_target(1) measured before it (this VM's
+            # speed drifts): plain decoding is priced at what they cost, as plain_time= would price it
+            shift = own_plain - self.t_target(1)
+        else:
+            shift = 0.0
         table = {k: t + shift for k, t in self.target_times.items()}
         if min(table.values()) <= 0:
             raise ValueError(f"plain_time {plain_time!r} s is far below the measured T_target(1); "
                              "it cannot be the same target's decoding step")
-        step = per_step / calls  # target + verification seconds per target call, as the loop ran
-        # The bare cost of the widths the calls had (GenerationStats.width_counts), not of their mean:
-        # prompt lookup's steps are plain or full (widths 1 and 5), and the table is concave, so
-        # T_target(mean width) over-priced them and left the scale below too low (r13). A batch's call is
-        # as wide as its longest row; a tree's, its nodes + 1. predict_tree prices the same way.
-        bare = self.mean_target_time(stats)
-        overhead = step - (bare + shift)  # a shifted table interpolates shifted
-        # The loop's step can come out cheaper than the shifted bare forwards: the bare table was measured
-        # once, before the run, and this VM's speed drifts by up to 25%, which scales what verifying more
-        # tokens costs (the table's rise above T_target(1)) rather than shifting it. t_overhead cannot be
-        # negative, and clamping it over-priced a held-out step by up to 3 ms of 20 (r13), so the rise is
-        # scaled to what the loop measured at its widths instead; plain decoding's price stays put.
-        # Only when pricing against measured plain decoding (a prediction), and only over a width of 2 or
-        # more: near width 1 (a run of mostly plain steps) the rise is too small to measure a scale from,
-        # and gamma="auto"'s own re-pricing between runs keeps the measured table's shape.
-        scale = 1.0
-        t1, rise = self.t_target(1) + shift, bare - self.t_target(1)
-        if overhead < 0 and rise > 0 and plain_time is not None and width >= 2:
-            scale = max(0.0, (step - t1) / rise)
-            table = {k: t1 + scale * (t - t1) for k, t in table.items()}
-            overhead = step - (t1 + scale * rise)
+        t1 = self.t_target(1) + shift
+        plain_over = None if own_plain is None else max(0.0, own_plain - t1)
+        scale, overhead = 1.0, self.t_overhead
+        if spec:  # (a run of plain steps only keeps the given model's overhead of a speculative step)
+            # (plain_step_time holds a plain step's drafting seconds only when no draft model ran, which is
+            # when per_step holds the drafting time)
+            per_step -= stats.plain_step_time if plain else 0.0
+            step = per_step / spec  # target + verification seconds per speculative call, as the loop ran
+            width = (stats.target_positions - plain) / spec
+            # The bare cost of the widths the calls had (GenerationStats.width_counts), not of their mean:
+            # prompt lookup's steps are plain or full (widths 1 and 5), and the table is concave, so
+            # T_target(mean width) over-priced them and left the scale below too low (r13). A batch's call
+            # is as wide as its longest row; a tree's, its nodes + 1. predict_tree prices the same way. A
+            # plain step is width 1.
+            bare = (self.mean_target_time(stats) * calls - plain * self.t_target(1)) / spec
+            overhead = step - (bare + shift)  # a shifted table interpolates shifted
+            # The loop's step can come out cheaper than the shifted bare forwards: the bare table was
+            # measured once, before the run, and this VM's speed drifts by up to 25%, which scales what
+            # verifying more tokens costs (the table's rise above T_target(1)) rather than shifting it.
+            # t_overhead cannot be negative, and clamping it over-priced a held-out step by up to 3 ms of
+            # 20 (r13), so the rise is scaled to what the loop measured at its widths instead; plain
+            # decoding's price stays put. Only when pricing against measured plain decoding (a
+            # prediction), and only over a mean width of 2 or more: gamma="auto"'s own re-pricing between
+            # runs keeps the measured table's shape.
+            rise = bare - self.t_target(1)
+            if overhead < 0 and rise > 0 and plain_time is not None and width >= 2:
+                scale = max(0.0, (step - t1) / rise)
+                table = {k: t1 + scale * (t - t1) for k, t in table.items()}
+                overhead = step - (t1 + scale * rise)
         meta = {**self.metadata, "calibrated_from": {"target_calls": calls, "draft_calls": stats.draft_calls,
-                                                     "mean_target_width": width, "plain_time": plain_time,
-                                                     "target_rise_scale": scale,
+                                                     "plain_steps": plain,
+                                                     "mean_target_width": stats.target_positions / calls,
+                                                     "plain_time": plain_time, "target_rise_scale": scale,
                                                      "overpriced_per_step": max(0.0, -overhead)}}
-        overhead = max(0.0, overhead)
-        return CostModel(t_draft, table, meta, overhead, cold)
+        return CostModel(t_draft, table, meta, max(0.0, overhead), cold, plain_over)
 
     # ---------------------------------------------------------------------------- serialisation
     def to_dict(self) -> dict[str, Any]:
@@ -225,6 +267,7 @@ class CostModel:
             "t_draft": self.t_draft,
             "t_overhead": self.t_overhead,
             "t_draft_cold": self.t_draft_cold,
+            **({"t_overhead_plain": self._t_overhead_plain} if self._t_overhead_plain is not None else {}),
             "target_times": {str(k): t for k, t in self.target_times.items()},  # JSON keys are strings
             "metadata": self.metadata,
         }
@@ -239,7 +282,8 @@ class CostModel:
             raise ValueError(f"target_times must be a mapping from k to seconds, got {_brief(d['target_times'])}")
         # JSON object keys are strings: "4" -> 4 here (the constructor itself takes integer keys only).
         times = {int(k) if isinstance(k, str) and k.strip().isdigit() else k: t for k, t in d["target_times"].items()}
-        return cls(d["t_draft"], times, d.get("metadata"), d.get("t_overhead", 0.0), d.get("t_draft_cold", 0.0))
+        return cls(d["t_draft"], times, d.get("metadata"), d.get("t_overhead", 0.0), d.get("t_draft_cold", 0.0),
+                   d.get("t_overhead_plain"))
 
     def save(self, path: str | os.PathLike) -> None:
         with open(path, "w", encoding="utf-8") as fh:

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from exactspec.cache import SlotCache, sync as _sync
 from exactspec.checks import ArgumentTypeError, check_bool, check_int
-from exactspec.drafters import DraftModelDrafter, PromptLookupDrafter
+from exactspec.drafters import Draft, DraftModelDrafter, PromptLookupDrafter
 from exactspec.hfconfig import Prefixes, SamplingSpec
 from exactspec.policy import AdaptivePolicy, DraftingState, FixedPolicy
 from exactspec.output import GenerationOutput, GenerationStream, StreamStep
@@ -236,10 +236,16 @@ class SpeculativeGenerator:
 
     def _learn_costs(self, stats: GenerationStats, batch_size: int) -> None:
         """After a gamma="auto" run: price later runs at this batch size as this loop ran (a draft step with
-        caches the target just evicted, the per-step overhead). Only between runs, so that no run's
-        decisions hang on timings taken inside it and a seeded run on a fresh generator reproduces."""
-        if self.calibrate and stats.draft_calls and stats.target_calls:
-            self._calibrated[batch_size] = self._base_cost(batch_size).calibrate(stats)
+        caches the target just evicted, the per-step overhead of a speculative and of a plain step). Only
+        between runs, so that no run's decisions hang on timings taken inside it and a seeded run on a
+        fresh generator reproduces. A model-free drafter (prompt lookup) is re-priced too: the bare table
+        alone put a width-2 step at the price of a plain one and it drafted at a loss (T = 1). A run that
+        verified no draft keeps what the model it ran with knew of drafting steps."""
+        if not (self.calibrate and stats.target_calls):
+            return
+        drafted = stats.target_calls > stats.plain_steps
+        base = self._base_cost(batch_size) if drafted else self._cost_model(batch_size)
+        self._calibrated[batch_size] = base.calibrate(stats)
 
     # ------------------------------------------------------------------------------------ loop
     # inference_mode, not no_grad: no version counters or view tracking per op, ~10% of a small target's
@@ -269,7 +275,8 @@ class SpeculativeGenerator:
         while active.numel():
             caps = policy.next_lengths(max_new - n_gen[active] - 1)  # [B]; all 0: a plain target step
             t0 = time.perf_counter()
-            draft = drafter.propose(caps, spec, policy)
+            # (a plain step asks nothing of the drafter, so its time is the plain step's, not drafting's)
+            draft = drafter.propose(caps, spec, policy) if bool(caps.any()) else Draft.empty(len(caps), device)
             stats.record_draft(draft)
             _sync(device)
             t1 = time.perf_counter()
@@ -279,7 +286,11 @@ class SpeculativeGenerator:
                                              eos, max_new, stats)
                 n = torch.zeros_like(nxt)
                 _sync(device)
-                stats.target_time += time.perf_counter() - t1
+                t_plain = time.perf_counter() - t1
+                stats.target_time += t_plain
+                # the plain step's seconds outside draft-model calls (which are priced per call): a lookup
+                # that found nothing worth verifying is this step's cost
+                stats.plain_step_time += t_plain + (t1 - t0 if not draft.calls else 0.0)
             else:
                 pos = torch.arange(big_k + 1, device=device)[None, :]  # [1, K+1]
                 inp = torch.cat([pending[:, None], draft.tokens], 1)  # [B, K+1]
@@ -335,7 +346,10 @@ class SpeculativeGenerator:
                     drafter.select_rows(rows_kept)
                     pending = pending[rows_kept]
             active = active[keep]
-            stats.verify_time += time.perf_counter() - t3
+            t_tail = time.perf_counter() - t3
+            stats.verify_time += t_tail
+            if not big_k:
+                stats.plain_step_time += t_tail
         stats.early_stops = policy.early_stops
         new_len = int(n_gen.max()) if b else 0
         stats.new_tokens, stats.row_tokens = int(n_gen.sum()), n_gen.tolist()

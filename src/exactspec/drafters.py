@@ -11,7 +11,8 @@ only speed does. Two are provided:
 Protocol (:class:`Drafter`, used by :class:`exactspec.decoding.SpeculativeGenerator`):
 ``start(input_ids, attention_mask)``, ``propose(caps [B], spec, policy) -> Draft`` (the Draft carries its own
 counters: draft-model calls and the first call's seconds), ``update(accepted [B], next_token [B], draft)``,
-``select_rows(rows)``. A model drafter asks ``policy.include(i, confidence, caps)`` before sampling each
+``select_rows(rows)``; a step whose caps are all 0 (a plain step) is not proposed to, and `update` gets an
+empty Draft (:meth:`Draft.empty`). A model drafter asks ``policy.include(i, confidence, caps)`` before sampling each
 position (see :mod:`exactspec.policy`); a model-free one finds up to its caps and asks ``policy.trim`` how
 many of the found tokens to draft.
 """
@@ -42,6 +43,12 @@ class Draft:
     confidence: torch.Tensor | None = None
     calls: int = 0
     first_call_time: float = 0.0
+
+    @classmethod
+    def empty(cls, rows: int, device) -> "Draft":
+        """Nothing drafted for any of `rows` rows: a plain step's proposal."""
+        return cls(torch.zeros(rows, 0, dtype=torch.long, device=device), None,
+                   torch.zeros(rows, dtype=torch.long, device=device))
 
 
 class Drafter(Protocol):
@@ -131,12 +138,12 @@ class DraftModelDrafter:
         the policy stopped the step after feeding it, when f = K)."""
         nxt = next_token[:, None]
         ones = torch.ones_like(nxt, dtype=torch.bool)
-        if self._calls == 0:  # nothing was fed this step: the pending tokens are still pending; they are
+        if draft.calls == 0:  # nothing was fed this step: the pending tokens are still pending; they are
             # left-packed, and a column valid in every row keeps them so (no repacking on plain steps)
             self.pending = torch.cat([self.pending, nxt], 1)
             self.pending_valid = torch.cat([self.pending_valid, ones], 1)
             return
-        f = self._calls - 1
+        f = draft.calls - 1
         j = torch.arange(1, draft.tokens.shape[1] + 1, device=accepted.device)[None, :]  # [1, K]
         self.state.rollback(torch.cat([self.pending_valid, (j <= accepted[:, None])[:, :f]], 1))
         tail = draft.tokens[:, f:]  # drafted, not fed: at most d_K, emitted when all K were accepted

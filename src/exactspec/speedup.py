@@ -199,7 +199,7 @@ def _step_cost(cost, gamma: int, in_loop: bool | None = None):
     if isinstance(cost, float):
         return gamma * cost + 1.0
     loop = gamma > 0 if in_loop is None else in_loop
-    return (cost.step_time(gamma) - (0.0 if loop else cost.t_overhead)) / cost.t_target(1)
+    return (cost.step_time(gamma) - (0.0 if loop else cost.overhead(gamma))) / cost.t_target(1)
 
 
 def walltime_speedup(alpha, gamma: int, cost):

@@ -38,7 +38,10 @@ class GenerationStats:
         draft_steps / draft_first_time: steps that called the draft model, and the seconds their first
             draft call took (the cold one, right after the target's forward; part of draft_time).
         plain_steps: target calls that verified no draft token (the policy chose a plain step, or the
-            drafter found or kept nothing); gamma_history holds 0 for them.
+            drafter found or kept nothing); gamma_history holds 0 for them. plain_step_time: the seconds
+            those steps took outside draft-model calls (their share of target_time and verify_time, and
+            of draft_time when no draft model ran: a lookup that found nothing worth verifying); they skip
+            verification, so a cost model prices them apart (CostModel.calibrate).
         early_stops: row-steps whose drafting gamma="auto" stopped before their cap: the draft's
             confidence at a position, or the expected worth of the next draft call, said another token
             was not worth its price.
@@ -72,6 +75,7 @@ class GenerationStats:
     draft_steps: int = 0
     draft_first_time: float = 0.0
     plain_steps: int = 0
+    plain_step_time: float = 0.0
     early_stops: int = 0
     prefill_time: float = 0.0
     draft_time: float = 0.0
