@@ -26,6 +26,7 @@ from exactspec.checks import ArgumentTypeError, check_generator, check_int, chec
 __all__ = ["CostModel"]
 
 _FORMAT = "exactspec.CostModel/1"
+_MIN_PLAIN_STEPS = 4  # plain steps a run needs before calibrate prices them apart
 
 
 class CostModel:
@@ -156,10 +157,10 @@ class CostModel:
         (the loop's steps that drafted nothing) are priced apart when the run timed them
         (``GenerationStats.plain_step_time``): ``t_overhead`` is then the speculative steps' overhead (the
         given model's when the run made none) and ``t_overhead_plain`` what a plain step adds to
-        ``T_target(1)``. A run without draft-model calls (a model-free drafter) keeps ``t_draft`` and counts
-        its drafting time as per-step overhead. ``target_times`` stay the bare forwards, so plain decoding
-        is priced by the bare ``T_target(1)`` (or by the run's own plain steps when they cost less, the
-        table shifted alike), unless ``plain_time`` is given:
+        ``T_target(1)`` (at least 0; from 4 plain steps on, else one overhead for both as before). A run
+        without draft-model calls (a model-free drafter) keeps ``t_draft`` and counts its drafting time as
+        per-step overhead. ``target_times`` stay the bare forwards, so plain decoding is priced by the bare
+        ``T_target(1)``, unless ``plain_time`` is given:
         seconds per token of plain decoding as it runs (e.g. a target-alone loop timed next to the
         speculative run). Then the target table is shifted so that ``T_target(1)`` equals it (the same
         per-call cost added to every k) and ``t_overhead`` is what remains per speculative step, so speedups
@@ -208,18 +209,14 @@ class CostModel:
         # pooled over both priced a plain step dearer and a drafting step cheaper than they ran: prompt
         # lookup at T = 1 drafted width-1 steps at 1.125x a plain step's time for ~1.1 tokens, at 0.92x the
         # target alone where plain steps alone ran at 0.98x (2026-12-02).
-        plain = stats.plain_steps if stats.plain_step_time > 0 else 0
+        # Only from a few plain steps on: a run's last step is plain when a row has one token left, and at
+        # batch > 1 the plain steps after some rows finished are narrower (cheaper) than the batch's; one
+        # such step priced a batch-4 run's plain steps 2.9 ms below its speculative ones and the next run
+        # went plain (57 steps of 61, 2026-12-02). Never below the bare T_target(1), for the same reason.
+        plain = stats.plain_steps if stats.plain_step_time > 0 and stats.plain_steps >= _MIN_PLAIN_STEPS else 0
         spec = calls - plain
         own_plain = stats.plain_step_time / plain if plain else None
-        if plain_time is not None:
-            shift = _seconds(plain_time, "plain_time") - self.t_target(1)
-        elif own_plain is not None and own_plain < self.t_target(1) \
-                and min(self.target_times.values()) + own_plain - self.t_target(1) > 0:
-            # the run's own plain steps cost less than the bare T_target(1) measured before it (this VM's
-            # speed drifts): plain decoding is priced at what they cost, as plain_time= would price it
-            shift = own_plain - self.t_target(1)
-        else:
-            shift = 0.0
+        shift = 0.0 if plain_time is None else _seconds(plain_time, "plain_time") - self.t_target(1)
         table = {k: t + shift for k, t in self.target_times.items()}
         if min(table.values()) <= 0:
             raise ValueError(f"plain_time {plain_time!r} s is far below the measured T_target(1); "
