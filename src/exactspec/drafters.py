@@ -86,12 +86,11 @@ class DraftModelDrafter:
             self.state.forward(input_ids[:, :-1], attention_mask[:, :-1].bool(), logits_to_keep=1)
         self.pending = input_ids[:, -1:].to(self.state.device)  # [B, W]
         self.pending_valid = torch.ones_like(self.pending, dtype=torch.bool)
-        self._calls = 0
 
     def propose(self, caps: torch.Tensor, spec: SamplingSpec, policy=None) -> Draft:
         """Up to `caps [B]` tokens per row; `policy.include` may stop the step before any position."""
         b = caps.shape[0]
-        self._calls = 0
+        calls = 0  # draft-model forwards this step (the Draft carries them to update)
         big_k = int(caps.max()) if b else 0
         tokens, probs, confs = [], [], []
         lengths = caps.clamp(max=0)  # [B] positions each row drafts (a row the policy stops stays stopped)
@@ -103,7 +102,7 @@ class DraftModelDrafter:
                 sync(inp.device)  # as every later call's share of the draft time counts it
                 first = time.perf_counter() - t0
             logits = self.state.forward(inp, valid, logits_to_keep=1)[:, -1]  # [B, V_draft]
-            self._calls += 1
+            calls += 1
             q = None if spec.greedy else spec.probs(logits)  # [B, V]; greedy verification never reads q
             if ask:  # the decision reads q_{i+1} only, never the token about to be drawn from it
                 conf = (q if q is not None else
@@ -123,13 +122,13 @@ class DraftModelDrafter:
             if ask and i + 1 < big_k and not policy.more(i + 1):  # the next draft call would not pay
                 break
             inp, valid = d[:, None], torch.ones(b, 1, dtype=torch.bool, device=d.device)
-        if self._calls == 1:
+        if calls == 1:
             sync(caps.device)
             first = time.perf_counter() - t0
         n = len(tokens)
         tok = torch.stack(tokens, 1) if n else torch.zeros(b, 0, dtype=torch.long, device=caps.device)
         return Draft(tok, torch.stack(probs, 1) if probs else None, lengths,
-                     torch.stack(confs, 1) if confs else None, self._calls, first)
+                     torch.stack(confs, 1) if confs else None, calls, first)
 
     def update(self, accepted: torch.Tensor, next_token: torch.Tensor, draft: Draft) -> None:
         """Roll the draft cache back to the accepted prefix; emitted tokens not fed yet become pending.
