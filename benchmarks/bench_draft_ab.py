@@ -1,6 +1,7 @@
 """Two drafts for the same target, end to end, in one interleaved run: what a retrained draft buys.
 
-For each draft (a directory holding `draft.safetensors` and `draft.json`, as `exactspec/smollm2_pair/`) and
+For each draft (a directory holding `draft.safetensors` and `draft.json`, as `exactspec/smollm2_pair/`, or a
+feature draft's `feature_draft.safetensors` and `feature_draft.json`: `--b feature:DIR`) and
 each gamma, exactspec generates on the same prompts; target-alone `generate` is the baseline, timed in the
 same rounds. Rows stop at EOS (the chat model's `<|im_end|>`), so speed is tokens per second; greedy outputs
 must equal the target's token for token. Medians over repeats.
@@ -35,7 +36,13 @@ def main() -> None:
     target, tok = load_target()
     import pathlib
 
-    drafts = {"a": load_draft(target, pathlib.Path(args.a)), "b": load_draft(target, pathlib.Path(args.b))}
+    from exactspec.featuredraft import load_feature_draft
+
+    def load(spec):  # "feature:DIR" is a feature draft (exactspec.featuredraft), else a token draft's directory
+        return load_feature_draft(target, pathlib.Path(spec[8:])) if spec.startswith("feature:") else \
+            load_draft(target, pathlib.Path(spec))
+
+    drafts = {"a": load(args.a), "b": load(args.b)}
     inputs = [tok(p, return_tensors="pt", add_special_tokens=False).input_ids for p in prompts_of(args, "smollm2", tok)]
     greedy = args.temperature == 0
     sampling = dict(do_sample=False) if greedy else dict(do_sample=True, temperature=args.temperature,
@@ -75,13 +82,17 @@ def main() -> None:
             times[str(s)].append(dt)
             tokens[str(s)].append(sum(len(o) for o in outs))
     tps = {k: statistics.median(n / t for n, t in zip(tokens[k], times[k])) for k in times}
+    per_rep = {k: [(n / t) / (n0 / t0) for n, t, n0, t0 in zip(tokens[k], times[k], tokens["target"], times["target"])]
+               for k in times}  # within a repeat, so drift between repeats cancels
     result = {"a": args.a, "b": args.b, "prompts": args.prompts or "held-out", "n_prompts": len(inputs),
               "max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "top_p": args.top_p,
               "repeats": args.repeats, "threads": args.threads, "tokens_per_second": tps,
-              "speedup_vs_target": {k: v / tps["target"] for k, v in tps.items()},
+              "speedup_vs_target": {k: statistics.median(v) for k, v in per_rep.items()},
+              "speedup_vs_target_per_repeat": per_rep,
               "tokens_per_target_call": {k: GenerationStats.merge(v).tokens_per_target_call for k, v in stats.items()},
               "plain_steps": {k: GenerationStats.merge(v).plain_steps for k, v in stats.items()},
-              "b_over_a": {str(g): tps[str(("b", g))] / tps[str(("a", g))] for g in gammas}}
+              "b_over_a": {str(g): statistics.median(b / a for b, a in zip(per_rep[str(("b", g))], per_rep[str(("a", g))]))
+                           for g in gammas}}
     dump(result, args.out)
 
 

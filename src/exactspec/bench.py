@@ -174,7 +174,7 @@ def build_systems(target, draft, tokenizer, cfg: BenchConfig, cost_model) -> dic
         return System(name, "exactspec", run, gamma, method, drafter, tree)
 
     systems = [System(BASELINE, "hf", hf), System(LOOP, "loop", loop)]
-    if cfg.batch_size == 1:  # HF assisted generation only supports batch size 1
+    if cfg.batch_size == 1 and not _feature(draft):  # HF assisted: batch size 1 only, token drafts only
         systems.append(System(f"HF assisted (γ={gamma_n})", "assisted", lambda ids, mask, seed: hf(
             ids, mask, seed, assistant_model=draft, num_assistant_tokens=gamma_n,
             num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.0), gamma_n))
@@ -186,10 +186,16 @@ def build_systems(target, draft, tokenizer, cfg: BenchConfig, cost_model) -> dic
                 ours("exactspec block (γ=auto)", "auto", "block"),
                 ours(f"exactspec prompt lookup (γ={gamma_n})", gamma_n, drafter="prompt_lookup"),
                 ours("exactspec prompt lookup (γ=auto)", "auto", drafter="prompt_lookup")]
-    systems += [ours(tree_system_name(t), None, tree=t) for t in cfg.trees]
+    systems += [ours(tree_system_name(t), None, tree=t) for t in cfg.trees if not _feature(draft)]
     if cfg.systems:
         systems = [s for s in systems if s.kind == "hf" or any(x.lower() in s.name.lower() for x in cfg.systems)]
     return {s.name: s for s in systems}
+
+
+def _feature(draft) -> bool:
+    from exactspec.featuredraft import FeatureDraft
+
+    return isinstance(draft, FeatureDraft)
 
 
 def tree_system_name(tree) -> str:
@@ -204,11 +210,13 @@ def run_bench(target, draft, tokenizer, cfg: BenchConfig, progress=None) -> dict
     `progress(done, total)` is called after each timed call (the CLI passes a rich progress bar).
     """
     from exactspec.costmodel import CostModel
+    from exactspec.featuredraft import timed_model
 
     batches = _batches(tokenizer, cfg.prompts, cfg.batch_size)
     # Calibrate at the bench's own batch size and typical prompt length.
     prompt_len = int(statistics.median(int(m.sum(1).max()) for _, m in batches))
-    cost_model = CostModel.measure(target, draft, repeats=5, batch_size=cfg.batch_size, prompt_len=prompt_len)
+    cost_model = CostModel.measure(target, timed_model(draft), repeats=5, batch_size=cfg.batch_size,
+                                   prompt_len=prompt_len)
     systems = build_systems(target, draft, tokenizer, cfg, cost_model)
     results = {name: SystemResult(name) for name in systems}
     total, done = cfg.repeats * len(batches) * len(systems), 0
@@ -352,7 +360,9 @@ def _report(results: dict[str, SystemResult], systems: dict[str, System], cfg: B
         "rows": rows,
         "summary": _summary(rows),
         "prediction_errors": prediction_errors(rows),
-        "notes": ["HF assisted generation supports batch size 1 only"] if cfg.batch_size > 1 else [],
+        "notes": (["HF assisted generation supports batch size 1 only"] if cfg.batch_size > 1 else []) + (
+            ["a feature draft (EAGLE-style) drafts chains only, and HF assisted generation cannot run it"]
+            if _feature(draft) else []),
     }
 
 

@@ -113,6 +113,9 @@ class SlotCache:
         # Ids the model cannot embed (a target whose lm-head is padded larger than the draft's) are fed
         # as 0: that only changes what the draft conditions on, never the exactness of the output.
         self.n_embed = model.get_input_embeddings().num_embeddings
+        # For a drafter fed the target's features (exactspec.featuredraft): when set, each forward keeps the
+        # model's final hidden state, the output of its final norm, `[B, S, H]`, in `hidden`.
+        self.record_hidden, self.hidden = False, None
 
     def use_lean(self) -> None:
         """Run this (draft) model through :mod:`exactspec.leanforward` when it knows the model's layout."""
@@ -137,29 +140,60 @@ class SlotCache:
         row's count of real tokens; invalid slots get a harmless clamped position and are masked out
         for every later query.
         """
-        b, s = tokens.shape
-        valid = valid.to(self.device)
-        if self.mask is None:
-            self.mask = torch.zeros(b, 0, dtype=torch.long, device=self.device)
-        pos = (self.n_real[:, None] + valid.long().cumsum(1) - 1).clamp(min=0)  # [B, S]
-        mask = torch.cat([self.mask, valid.long()], dim=1)  # [B, L+S]
+        s = tokens.shape[1]
+        pos, mask = self._slots(valid)
         tokens = torch.where(tokens < self.n_embed, tokens, torch.zeros_like(tokens)).to(self.device)
         if self.lean is not None:  # every slot real: a plain causal step, no mask to build
             logits = self.lean.run(tokens, pos, None if bool(mask.all()) else _allowed(mask, s)[:, None],
                                    self.cache, logits_to_keep)
         else:
-            out = self.model(
-                input_ids=tokens,
-                attention_mask=self._attention_mask(mask, s) if self.window is None else self._window_masks(mask, s),
-                position_ids=pos,
-                cache=self.cache,
-                use_cache=True,
-                logits_to_keep=logits_to_keep,
-            )
+            norm = self.model.model.norm if self.record_hidden else None  # (a Llama-like layout: see featuredraft)
+            hook = norm.register_forward_hook(self._keep_hidden) if norm is not None else None
+            try:
+                out = self.model(
+                    input_ids=tokens,
+                    attention_mask=self._attention_mask(mask, s) if self.window is None else self._window_masks(mask, s),
+                    position_ids=pos,
+                    cache=self.cache,
+                    use_cache=True,
+                    logits_to_keep=logits_to_keep,
+                )
+            finally:
+                if hook is not None:
+                    hook.remove()
             self.cache = out.cache if getattr(out, "cache", None) is not None else self.cache
             logits = out.logits
         self.mask = mask
         return logits
+
+    def _keep_hidden(self, module, args, output) -> None:
+        self.hidden = output
+
+    def _slots(self, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Positions `[B, S]` of S new slots (`valid [B, S]`) and the slot mask `[B, L+S]` with them."""
+        valid = valid.to(self.device)
+        if self.mask is None:
+            self.mask = torch.zeros(valid.shape[0], 0, dtype=torch.long, device=self.device)
+        pos = (self.n_real[:, None] + valid.long().cumsum(1) - 1).clamp(min=0)  # [B, S]
+        return pos, torch.cat([self.mask, valid.long()], dim=1)
+
+    def forward_embeds(self, embeds: torch.Tensor, valid: torch.Tensor, keep: int = 1) -> torch.Tensor:
+        """As :meth:`forward`, fed input embeddings `[B, S, H]` in place of tokens; returns the final norm's
+        output at the last `keep` slots, `[B, keep, H]` (a feature draft applies its own head)."""
+        s = embeds.shape[1]
+        pos, mask = self._slots(valid)
+        attend = None if bool(mask.all()) else _allowed(mask, s)[:, None]
+        if self.lean is not None:
+            h = self.lean.layers_out(embeds, pos, attend, self.cache)[:, -keep:]
+            h = self.model.model.norm(h)
+        else:
+            masks = self._attention_mask(mask, s) if self.window is None else self._window_masks(mask, s)
+            out = self.model.model(inputs_embeds=embeds, attention_mask=masks, position_ids=pos, cache=self.cache,
+                                   use_cache=True)
+            self.cache = out.cache if getattr(out, "cache", None) is not None else self.cache
+            h = out.last_hidden_state[:, -keep:]
+        self.mask = mask
+        return h
 
     def _attention_mask(self, mask: torch.Tensor, s: int) -> torch.Tensor:
         """The 2-D slot mask, or for eager attention an equivalent additive 4-D mask `[B, 1, S, L]`.

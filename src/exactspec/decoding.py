@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from exactspec.cache import SlotCache, sync as _sync
 from exactspec.checks import ArgumentTypeError, check_bool, check_int
 from exactspec.drafters import Draft, DraftModelDrafter, PromptLookupDrafter
+from exactspec.featuredraft import FeatureDraft, FeatureDrafter
 from exactspec.hfconfig import Prefixes, SamplingSpec
 from exactspec.policy import AdaptivePolicy, DraftingState, FixedPolicy
 from exactspec.output import GenerationOutput, GenerationStream, StreamStep
@@ -67,6 +68,8 @@ def prefill(model, drafter, ids: torch.Tensor, mask: torch.Tensor):
     """Both caches take the prompt `[B, P]` minus its last token, which stays pending (the first
     verification feeds it, so every target call produces >= 1 token). Returns `(SlotCache, pending [B])`."""
     target = SlotCache(model)
+    if getattr(drafter, "wants_target_features", False):  # a feature draft reads the target's hidden states
+        drafter.watch(target)
     if ids.shape[1] > 1:
         target.forward(ids[:, :-1], mask[:, :-1].bool(), logits_to_keep=1)
     drafter.start(ids, mask)
@@ -82,7 +85,9 @@ class SpeculativeGenerator:
             such as Mistral or Gemma 2/3 too, see :mod:`exactspec.cache`), loaded from a directory or a GGUF.
         draft: a smaller causal LM sharing the target's tokenizer (lm-head widths may differ by padding),
             on the target's device; its dtype may differ (e.g. a bf16 draft for an fp32 target): its
-            distributions are taken in fp32, and exactness never depends on how good q is.
+            distributions are taken in fp32, and exactness never depends on how good q is. Or a
+            :class:`exactspec.featuredraft.FeatureDraft`, which reads the target's final hidden states
+            (EAGLE-style; chains only, Llama-like targets).
         drafter: instead of `draft`: ``"prompt_lookup"`` or a drafter object (e.g.
             ``PromptLookupDrafter(max_ngram=3, max_draft=10)``).
         cost_model: a :class:`exactspec.CostModel` for ``gamma="auto"``; measured once per pair and batch
@@ -118,11 +123,14 @@ class SpeculativeGenerator:
             if drafter != "prompt_lookup":
                 raise ValueError(f"drafter must be 'prompt_lookup' or a drafter object, got {drafter!r}")
             drafter = PromptLookupDrafter()
+        if isinstance(draft, FeatureDraft):  # reads the target's features; costed and checked as its inner LM
+            drafter, draft = FeatureDrafter(draft), draft.lm
+        elif draft is not None:
+            drafter = DraftModelDrafter(draft)
         if draft is not None:
             _check_causal_lm(draft, "draft")
             if draft.device != target.device:
                 raise ValueError(f"draft is on {draft.device} but target is on {target.device}")
-            drafter = DraftModelDrafter(draft)
         for name, model in (("target", target), ("draft", draft)):
             if model is not None and model.training:  # dropout would make outputs random and inexact
                 raise ValueError(f"{name} is in training mode (dropout active); call {name}.eval() first")
@@ -195,6 +203,9 @@ class SpeculativeGenerator:
                         **generation_kwargs)
         cfg = run_args(self, input_ids, attention_mask, max_new_tokens, sampling, generation_config, gamma,
                        method, eos_token_id, pad_token_id, seed)
+        if tree is not None and isinstance(self.drafter, FeatureDrafter):
+            raise ValueError("tree: a feature draft (FeatureDraft) drafts chains only; drop tree= or pass a "
+                             "token draft model")
         cfg["tree"] = parse_tree(tree, has_draft=self.draft is not None, method=method)
         if cfg["tree"] is not None and not cfg["spec"].static_only:
             raise ValueError("tree: tree speculation takes the target's law row by row; generation settings "

@@ -125,6 +125,7 @@ def run_demo(target, draft, tokenizer, prompts: list[str], *, max_new_tokens: in
 
     from exactspec.costmodel import CostModel
     from exactspec.decoding import SpeculativeGenerator
+    from exactspec.featuredraft import timed_model
     from exactspec.prediction import predict
     from exactspec.stats import GenerationStats
     from exactspec.text import styled_pieces, token_kinds
@@ -133,7 +134,7 @@ def run_demo(target, draft, tokenizer, prompts: list[str], *, max_new_tokens: in
     # Measured before the timed runs and handed to the generator: gamma="auto" would otherwise measure
     # it inside the first timed call.
     prompt_len = max(len(tokenizer(p)["input_ids"]) for p in prompts)
-    cost = CostModel.measure(target, draft, repeats=3, prompt_len=prompt_len)
+    cost = CostModel.measure(target, timed_model(draft), repeats=3, prompt_len=prompt_len)
     gen = SpeculativeGenerator(target, draft, cost_model=cost)
     greedy = temperature == 0
     # One untimed run first, as any long-lived generator would have had: gamma="auto" then starts the

@@ -79,9 +79,15 @@ class LeanForward:
         """`tokens [B, S]`, `pos [B, S]` position ids, `attend [B, 1, S, L+S]` bool (True = may attend; None =
         every cached slot and every earlier new one: a causal step over real slots only); appends S slots
         to the `DynamicCache` `cache`. Returns logits `[B, S or logits_to_keep, V]`."""
+        h = self.layers_out(self.model.model.embed_tokens(tokens), pos, attend, cache)  # [B, S, D]
+        if logits_to_keep:
+            h = h[:, -logits_to_keep:]
+        return self.model.lm_head(self.model.model.norm(h))
+
+    def layers_out(self, h: torch.Tensor, pos: torch.Tensor, attend: torch.Tensor | None, cache) -> torch.Tensor:
+        """The decoder layers on input embeddings `h [B, S, D]` (as :meth:`run`), before the final norm."""
         inner = self.model.model
-        b, s = tokens.shape
-        h = inner.embed_tokens(tokens)  # [B, S, D]
+        b, s = h.shape[:2]
         cos, sin = inner.rotary_emb(h, pos)  # [B, S, Dh]
         cos, sin = cos[:, None], sin[:, None]  # [B, 1, S, Dh]
         causal = False
@@ -111,9 +117,7 @@ class LeanForward:
             h = h + F.linear(o.transpose(1, 2).reshape(b, s, nq), w.o.weight, w.o.bias)
             gate, up = F.linear(_rms(h, w.norm2, w.eps2), w.gate_up).chunk(2, -1)
             h = h + F.linear(F.silu(gate) * up, w.down.weight)
-        if logits_to_keep:
-            h = h[:, -logits_to_keep:]
-        return self.model.lm_head(inner.norm(h))
+        return h
 
 
 class _Layer:
