@@ -182,12 +182,26 @@ def stage_train(work, args):
     ids_sub = load_file(PAIR_DIR / "draft.safetensors")["lm_head.token_ids"]  # the shipped draft's head subset
     slot = torch.full((target.config.vocab_size,), -1, dtype=torch.long)
     slot[ids_sub] = torch.arange(len(ids_sub))
-    draft = FeatureDraft(target, ids_sub, num_layers=args.layers).train()
+    draft = FeatureDraft(target, ids_sub, num_layers=args.layers, init_from_target=not args.from_token_draft)
+    if args.from_token_draft:  # start as the shipped token draft: its layers, norm and head; fc passes the
+        # embedding through and ignores the feature, so pair j = x_{j+1} at position j, as the token draft
+        # reads it (minus the first token); training then teaches it to use the target's features
+        token = load_file(PAIR_DIR / "draft.safetensors")
+        missing, unexpected = draft.lm.load_state_dict({k: v.float() if v.is_floating_point() else v
+                                                        for k, v in token.items()}, strict=False)
+        if [k for k in missing if "embed_tokens" not in k] or unexpected:
+            raise SystemExit(f"--from-token-draft: the shipped draft does not fit {args.layers} layers")
+        h = target.config.hidden_size
+        with torch.no_grad():
+            draft.fc.weight.zero_()
+            draft.fc.weight[:, :h].copy_(torch.eye(h))
+            draft.fc.bias.zero_()
+    draft.train()
     params = [p for n, p in draft.named_parameters() if "embed_tokens" not in n]
     for n, p in draft.named_parameters():
         p.requires_grad_("embed_tokens" not in n)
     opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0, betas=(0.9, 0.98))
-    tag = f"feat_L{args.layers}{args.tag}"
+    tag = f"feat_L{args.layers}{'_tok' if args.from_token_draft else ''}{args.tag}"
     ckpt, best_path = work / f"{tag}.ckpt", work / f"{tag}_best.pt"
     state = {"elapsed": 0.0, "step": 0, "epoch": 0, "log": [], "best": (-1.0, None)}
     if ckpt.exists():
@@ -281,7 +295,7 @@ def stage_export(work, target, draft, state, args):
     report = {"held_out": {k: evaluate(target, draft, rows) for k, rows in parts.items()},
               "training": {"steps": state["step"], "minutes": round(state["elapsed"] / 60, 1), "epochs": state["epoch"],
                            "layers": args.layers, "batch": args.train_batch, "lr": args.lr, "reg": args.reg,
-                           "chat_weight": args.chat_weight,
+                           "chat_weight": args.chat_weight, "from_token_draft": args.from_token_draft,
                            "seed": args.seed, "exported_step": state["best"][1], "log": state["log"][-40:]},
               "command": "python training/distill_feature_draft.py " + " ".join(sys.argv[1:])}
     save_feature_draft(draft, args.out)
@@ -303,6 +317,9 @@ def main(argv=None):
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--reg", type=float, default=1.0, help="weight of the smooth-L1 feature loss")
     ap.add_argument("--eval-every", type=int, default=100)
+    ap.add_argument("--from-token-draft", action="store_true",
+                    help="start from the shipped token draft (its --layers layers, norm and head) instead of the "
+                         "target's last layers")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--tag", default="")
     args = ap.parse_args(argv)

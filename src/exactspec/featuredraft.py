@@ -36,7 +36,7 @@ __all__ = ["FeatureDraft", "FeatureDrafter", "load_feature_draft", "save_feature
 
 
 class FeatureDraft(nn.Module):
-    """`fc` [2H -> H] then `lm`: a LlamaForCausalLM of `num_layers` layers of the target's shape, sharing the
+    """`fc` [2H -> H] (over the token's embedding and the feature times a learnt gain `feat_gain [H]`) then `lm`: a LlamaForCausalLM of `num_layers` layers of the target's shape, sharing the
     target's token embedding (frozen, not shipped), with a head over `token_ids [S]`
     (:class:`exactspec.smollm2.SubsetHead`). Initialised so that an untrained draft already predicts
     f^_{j+1} = f_j passed through the target's last layer: fc takes the feature half as it is, the layers
@@ -49,6 +49,13 @@ class FeatureDraft(nn.Module):
         self.lm = build_draft(target, token_ids, num_layers=num_layers, init_from_target=False)
         h = target.config.hidden_size
         self.fc = nn.Linear(2 * h, h).to(target.dtype)
+        # The target's final features are ~15x the embeddings' scale (SmolLM2: RMS 1.9 against 0.14, a few
+        # dimensions near 50), so fed raw they swamp the token half of fc's input as soon as fc reads them.
+        # A per-dimension gain, learnt, starts them at the embeddings' scale.
+        with torch.no_grad():
+            emb = target.get_input_embeddings().weight.float().pow(2).mean().sqrt()
+            feat = target.model.norm.weight.float().pow(2).mean().sqrt()
+        self.feat_gain = nn.Parameter(torch.full((h,), float(emb / feat), dtype=target.dtype))
         if init_from_target:
             with torch.no_grad():
                 last = len(target.model.layers)
@@ -57,7 +64,7 @@ class FeatureDraft(nn.Module):
                 self.lm.model.norm.load_state_dict(target.model.norm.state_dict())
                 self.lm.lm_head.weight.copy_(target.lm_head.weight[self.lm.lm_head.token_ids])
                 self.fc.weight.zero_()
-                self.fc.weight[:, h:].copy_(torch.eye(h))
+                self.fc.weight[:, h:].copy_(torch.eye(h) / self.feat_gain[0])
                 self.fc.bias.zero_()
         self.config = self.lm.config
         self.eval()
@@ -73,7 +80,7 @@ class FeatureDraft(nn.Module):
     def pair_embeds(self, tokens: torch.Tensor, feats: torch.Tensor) -> torch.Tensor:
         """`tokens [B, S]`, `feats [B, S, H]` -> the layers' inputs `[B, S, H]`."""
         e = self.lm.model.embed_tokens(tokens).to(self.dtype)
-        return self.fc(torch.cat([e, feats.to(self.dtype)], -1))
+        return self.fc(torch.cat([e, feats.to(self.dtype) * self.feat_gain], -1))
 
     def forward(self, tokens: torch.Tensor, feats: torch.Tensor, attention_mask=None) -> torch.Tensor:
         """Teacher-forced, no cache (training): pairs `(feats[:, j], tokens[:, j])` -> f^ `[B, S, H]`."""
