@@ -277,6 +277,9 @@ def run_bench(target, draft, tokenizer, cfg: BenchConfig, progress=None) -> dict
     by_repeat = [calibrated([cal], systems, cfg, cost_model) for cal in passes]
     report = _report(results, systems, cfg, cost_model, loop_costs, prefill,
                      predictions_by_repeat(results, systems, cfg, by_repeat))
+    if _feature(draft):
+        report["notes"].append("a feature draft (EAGLE-style) drafts chains only, and HF assisted generation "
+                               "cannot run it")
     report["calibrated_by_repeat"] = [{"cost_models": {k: cm.to_dict() for k, cm in costs.items()},
                                        "prefill_seconds": pre} for costs, pre in by_repeat]
     for row in report["rows"]:
@@ -360,9 +363,7 @@ def _report(results: dict[str, SystemResult], systems: dict[str, System], cfg: B
         "rows": rows,
         "summary": _summary(rows),
         "prediction_errors": prediction_errors(rows),
-        "notes": (["HF assisted generation supports batch size 1 only"] if cfg.batch_size > 1 else []) + (
-            ["a feature draft (EAGLE-style) drafts chains only, and HF assisted generation cannot run it"]
-            if _feature(draft) else []),
+        "notes": ["HF assisted generation supports batch size 1 only"] if cfg.batch_size > 1 else [],
     }
 
 
