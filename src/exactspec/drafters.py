@@ -94,14 +94,14 @@ class DraftModelDrafter:
         big_k = int(caps.max()) if b else 0
         tokens, probs, confs = [], [], []
         lengths = caps.clamp(max=0)  # [B] positions each row drafts (a row the policy stops stays stopped)
-        inp, valid = self.pending, self.pending_valid
+        inp, valid = self._first_input()
         first, t0 = 0.0, time.perf_counter()
         ask = policy is not None and policy.wants_confidence
         for i in range(big_k):  # feeds pending, d_1 .. d_{K-1}; d_K is sampled but not fed
             if i == 1:  # the first call's whole iteration (its forward, q, the policy's look, the draw),
                 sync(inp.device)  # as every later call's share of the draft time counts it
                 first = time.perf_counter() - t0
-            logits = self.state.forward(inp, valid, logits_to_keep=1)[:, -1]  # [B, V_draft]
+            logits = self._logits(inp, valid)  # [B, V_draft]
             calls += 1
             q = None if spec.greedy else spec.probs(logits)  # [B, V]; greedy verification never reads q
             if ask:  # the decision reads q_{i+1} only, never the token about to be drawn from it
@@ -121,7 +121,7 @@ class DraftModelDrafter:
             tokens.append(d)
             if ask and i + 1 < big_k and not policy.more(i + 1):  # the next draft call would not pay
                 break
-            inp, valid = d[:, None], torch.ones(b, 1, dtype=torch.bool, device=d.device)
+            inp, valid = self._next_input(d), torch.ones(b, 1, dtype=torch.bool, device=d.device)
         if calls == 1:
             sync(caps.device)
             first = time.perf_counter() - t0
@@ -129,6 +129,19 @@ class DraftModelDrafter:
         tok = torch.stack(tokens, 1) if n else torch.zeros(b, 0, dtype=torch.long, device=caps.device)
         return Draft(tok, torch.stack(probs, 1) if probs else None, lengths,
                      torch.stack(confs, 1) if confs else None, calls, first)
+
+    # What a draft call feeds and reads; a feature drafter (exactspec.featuredraft) feeds pairs instead.
+    def _first_input(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """A step's first call: the pending tokens `[B, W]` and their validity."""
+        return self.pending, self.pending_valid
+
+    def _logits(self, inp: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        """One draft forward over `inp` (new slots, `valid [B, S]`): the last slot's logits `[B, V]`."""
+        return self.state.forward(inp, valid, logits_to_keep=1)[:, -1]
+
+    def _next_input(self, d: torch.Tensor) -> torch.Tensor:
+        """What the next call feeds after drawing `d [B]`."""
+        return d[:, None]
 
     def update(self, accepted: torch.Tensor, next_token: torch.Tensor, draft: Draft) -> None:
         """Roll the draft cache back to the accepted prefix; emitted tokens not fed yet become pending.

@@ -23,14 +23,12 @@ from __future__ import annotations
 
 import json
 import pathlib
-import time
 
 import torch
 import torch.nn as nn
 
-from exactspec.cache import SlotCache, sync
-from exactspec.drafters import Draft
-from exactspec.hfconfig import SamplingSpec
+from exactspec.cache import SlotCache
+from exactspec.drafters import Draft, DraftModelDrafter
 
 __all__ = ["FeatureDraft", "FeatureDrafter", "load_feature_draft", "save_feature_draft", "timed_model"]
 
@@ -137,7 +135,7 @@ def _left_pack(tokens: torch.Tensor, feats: torch.Tensor, valid: torch.Tensor):
     return tok, f, ok
 
 
-class FeatureDrafter:
+class FeatureDrafter(DraftModelDrafter):
     """Drafts with a :class:`FeatureDraft`, fed the target's final hidden states by the loop.
 
     Pending pairs: (f_j, x_{j+1}) whose feature the target has computed but the draft has not yet been fed
@@ -183,46 +181,16 @@ class FeatureDrafter:
         self.pending, self.pending_feats = ids[:, -1:], f[:, -1:]
         self.pending_valid = mask[:, -2:-1] if p > 1 else torch.ones(b, 1, dtype=torch.bool, device=dev)
 
-    def propose(self, caps: torch.Tensor, spec: SamplingSpec, policy=None) -> Draft:
-        """Up to `caps [B]` tokens per row, as :meth:`exactspec.drafters.DraftModelDrafter.propose`."""
-        b = caps.shape[0]
-        calls, big_k = 0, int(caps.max()) if b else 0
-        tokens, probs, confs = [], [], []
-        lengths = caps.clamp(max=0)
-        emb, valid = self.model.pair_embeds(self.pending, self.pending_feats), self.pending_valid
-        first, t0 = 0.0, time.perf_counter()
-        ask = policy is not None and policy.wants_confidence
-        for i in range(big_k):
-            if i == 1:
-                sync(emb.device)
-                first = time.perf_counter() - t0
-            feat = self.state.forward_embeds(emb, valid, keep=1)[:, -1]  # [B, H]: f^ of the next position
-            logits = self.model.head(feat)  # [B, V]
-            calls += 1
-            q = None if spec.greedy else spec.probs(logits)
-            if ask:
-                conf = (q if q is not None else torch.softmax(logits[:, : spec.vocab_size].float(), -1)).amax(-1)
-                rows = policy.include(i + 1, conf, caps).to(caps.device)
-                if not bool(rows.any()):
-                    break
-                lengths = lengths + rows
-                confs.append(conf)
-            else:
-                lengths = caps.clamp(max=i + 1)
-            d = logits[:, : spec.vocab_size].argmax(-1) if q is None else spec.sample(q)  # [B]
-            if q is not None:
-                probs.append(q)
-            tokens.append(d)
-            if ask and i + 1 < big_k and not policy.more(i + 1):
-                break
-            emb = self.model.pair_embeds(d[:, None], feat[:, None])  # the draft's own guess of the feature
-            valid = torch.ones(b, 1, dtype=torch.bool, device=d.device)
-        if calls == 1:
-            sync(caps.device)
-            first = time.perf_counter() - t0
-        tok = torch.stack(tokens, 1) if tokens else torch.zeros(b, 0, dtype=torch.long, device=caps.device)
-        return Draft(tok, torch.stack(probs, 1) if probs else None, lengths,
-                     torch.stack(confs, 1) if confs else None, calls, first)
+    # propose is DraftModelDrafter's; a call feeds (feature, token) pairs and reads the draft's feature guess
+    def _first_input(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.model.pair_embeds(self.pending, self.pending_feats), self.pending_valid
+
+    def _logits(self, inp: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        self._guess = self.state.forward_embeds(inp, valid, keep=1)[:, -1]  # [B, H]: f^ of the next position
+        return self.model.head(self._guess)  # [B, V]
+
+    def _next_input(self, d: torch.Tensor) -> torch.Tensor:
+        return self.model.pair_embeds(d[:, None], self._guess[:, None])  # the draft's own guess of the feature
 
     def update(self, accepted: torch.Tensor, next_token: torch.Tensor, draft: Draft) -> None:
         """Drop the pairs fed with the draft's own guesses; queue the emitted tokens with the target's features
