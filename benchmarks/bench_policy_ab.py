@@ -30,6 +30,8 @@ def main() -> None:
     add_common(ap, repeats=3)
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--optimism", default="0,1", help="optimism values of the gamma='auto' systems")
+    ap.add_argument("--by-gamma", default="1", help="gamma='auto' systems re-priced with the loop's overhead per "
+                    "drafted length (1, CostModel.t_overhead_by_gamma) or one pooled overhead (0); e.g. 0,1")
     ap.add_argument("--gammas", default="2,4", help="fixed gammas timed beside them")
     ap.add_argument("--draft-dtypes", default="float32", help="the draft's dtypes, e.g. float32,float16")
     ap.add_argument("--fresh", action=argparse.BooleanOptionalAction, default=True,
@@ -50,7 +52,13 @@ def main() -> None:
     n_new = args.max_new_tokens
 
     class Generator(es.SpeculativeGenerator):
-        optimism = 1.0
+        optimism, by_gamma = 1.0, True
+
+        def _learn_costs(self, stats, batch_size):
+            super()._learn_costs(stats, batch_size)
+            cm = self._calibrated.get(batch_size)
+            if cm is not None and not self.by_gamma:
+                cm.t_overhead_by_gamma = None
 
         def _policy(self, gamma, batch_size, key):
             policy = super()._policy(gamma, batch_size, key)
@@ -58,17 +66,19 @@ def main() -> None:
                 policy.optimism = self.optimism
             return policy
 
-    def make(optimism: float, dtype: str):
+    def make(optimism: float, dtype: str, by_gamma: bool = True):
         gen = Generator(target, drafts[dtype])
-        gen.optimism = optimism
+        gen.optimism, gen.by_gamma = optimism, by_gamma
         return gen
 
     tag = (lambda d: f" {d}") if len(dtypes) > 1 else (lambda d: "")
-    setting = {f"gamma={g}{tag(d)}": (int(g), 1.0, d) for d in dtypes for g in args.gammas.split(",") if g}
-    setting |= {f"auto optimism={float(z):g}{tag(d)}": ("auto", float(z), d)
-                for d in dtypes for z in args.optimism.split(",")}
+    setting = {f"gamma={g}{tag(d)}": (int(g), 1.0, d, True) for d in dtypes for g in args.gammas.split(",") if g}
+    pricing = [bool(int(x)) for x in args.by_gamma.split(",")]
+    tag_p = (lambda p: f" by_gamma={int(p)}") if len(pricing) > 1 else (lambda p: "")
+    setting |= {f"auto optimism={float(z):g}{tag(d)}{tag_p(p)}": ("auto", float(z), d, p)
+                for d in dtypes for z in args.optimism.split(",") for p in pricing}
     systems = ["target"] + list(setting)
-    kept = {s: make(z, d) for s, (_, z, d) in setting.items()}
+    kept = {s: make(z, d, p) for s, (_, z, d, p) in setting.items()}
     stats: dict = {s: [] for s in systems[1:]}
 
     def run(system, seed):
@@ -79,8 +89,8 @@ def main() -> None:
                 seq = target.generate(**enc, max_new_tokens=n_new, min_new_tokens=n_new,
                                       pad_token_id=tok.pad_token_id, **sampling)
             else:
-                gamma, z, dtype = setting[system]
-                gen = make(z, dtype) if args.fresh else kept[system]
+                gamma, z, dtype, by_gamma = setting[system]
+                gen = make(z, dtype, by_gamma) if args.fresh else kept[system]
                 o = gen.generate(enc["input_ids"], enc["attention_mask"], max_new_tokens=n_new, gamma=gamma,
                                  seed=seed + i, eos_token_id=[], **sampling)
                 seq = o.sequences

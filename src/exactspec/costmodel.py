@@ -26,6 +26,7 @@ from exactspec.checks import ArgumentTypeError, check_generator, check_int, chec
 __all__ = ["CostModel"]
 
 _FORMAT = "exactspec.CostModel/1"
+_SHRINK = 8.0  # pseudo-steps at the pooled overhead behind each drafted length's own (calibrate)
 _MIN_PLAIN_STEPS = 4  # plain steps a run needs before calibrate prices them apart
 
 
@@ -38,6 +39,10 @@ class CostModel:
     t_overhead``; a plain step of the loop (gamma = 0: nothing to verify) ``T_target(1) + t_overhead_plain``
     (None, the default: ``t_overhead``; :meth:`calibrate` measures it apart when a run took plain steps,
     which skip the verification path); plain decoding costs ``T_target(1)`` per token.
+    ``t_overhead_by_gamma`` ({gamma: seconds}, None by default) replaces ``t_overhead`` for the steps that
+    draft gamma tokens, interpolated between the gammas it holds and held flat past its ends: inside the
+    loop a target forward made right after gamma draft calls runs slower than a bare one, and more so the
+    more draft work came before it (:meth:`calibrate` measures it per gamma).
 
     ``t_target(k)`` interpolates the table linearly; beyond the largest measured k it extrapolates from the
     last two points (slope clamped at >= 0: verifying more tokens never gets cheaper); below the smallest
@@ -45,7 +50,8 @@ class CostModel:
     """
 
     def __init__(self, t_draft: float, target_times: Mapping[int, float], metadata: Mapping | None = None,
-                 t_overhead: float = 0.0, t_draft_cold: float = 0.0, t_overhead_plain: float | None = None):
+                 t_overhead: float = 0.0, t_draft_cold: float = 0.0, t_overhead_plain: float | None = None,
+                 t_overhead_by_gamma: Mapping[int, float] | None = None):
         t_draft, t_overhead = _seconds(t_draft, "t_draft"), _seconds(t_overhead, "t_overhead")
         t_draft_cold = _seconds(t_draft_cold, "t_draft_cold")
         if t_overhead_plain is not None:
@@ -69,17 +75,26 @@ class CostModel:
         self._t_overhead_plain = t_overhead_plain
         self.target_times = dict(sorted(table.items()))
         self.metadata = dict(metadata or {})
+        if t_overhead_by_gamma is not None and not isinstance(t_overhead_by_gamma, Mapping):
+            raise ArgumentTypeError(f"t_overhead_by_gamma must be a mapping {{gamma: seconds}} or None, "
+                                    f"got {t_overhead_by_gamma!r}")
+        self.t_overhead_by_gamma = None if not t_overhead_by_gamma else dict(sorted(
+            (check_int(f"t_overhead_by_gamma key {g!r} (a draft length)", g, min=1),
+             _seconds(t, f"t_overhead_by_gamma[{g!r}]")) for g, t in t_overhead_by_gamma.items()))
 
     def __repr__(self) -> str:
         extra = f", t_overhead={self.t_overhead:.3g}" if self.t_overhead else ""
         extra += f", t_draft_cold={self.t_draft_cold:.3g}" if self.t_draft_cold else ""
         extra += f", t_overhead_plain={self._t_overhead_plain:.3g}" if self._t_overhead_plain is not None else ""
+        if self.t_overhead_by_gamma:
+            extra += ", t_overhead_by_gamma={" + ", ".join(f"{g}: {t:.3g}" for g, t in self.t_overhead_by_gamma.items()) + "}"
         return f"CostModel(t_draft={self.t_draft:.3g}, target_times={self.target_times}{extra})"
 
     def __eq__(self, other) -> bool:
         return (isinstance(other, CostModel) and self.t_draft == other.t_draft
                 and self.target_times == other.target_times and self.t_overhead == other.t_overhead
-                and self.t_draft_cold == other.t_draft_cold and self.t_overhead_plain == other.t_overhead_plain)
+                and self.t_draft_cold == other.t_draft_cold and self.t_overhead_plain == other.t_overhead_plain
+                and self.t_overhead_by_gamma == other.t_overhead_by_gamma)
 
     @property
     def t_overhead_plain(self) -> float:
@@ -88,7 +103,25 @@ class CostModel:
 
     def overhead(self, gamma: int) -> float:
         """The loop's per-step overhead of a step drafting `gamma` tokens (0: a plain step)."""
-        return self.t_overhead if gamma > 0 else self.t_overhead_plain
+        if gamma <= 0:
+            return self.t_overhead_plain
+        table = self.t_overhead_by_gamma
+        if not table:
+            return self.t_overhead
+        gs, ts = list(table), list(table.values())
+        if gamma <= gs[0]:
+            return ts[0]
+        for (g0, t0), (g1, t1) in zip(zip(gs, ts), zip(gs[1:], ts[1:])):
+            if gamma <= g1:
+                return t0 + (t1 - t0) * (gamma - g0) / (g1 - g0)
+        return ts[-1]
+
+    def loop_overhead(self, stats) -> float:
+        """Seconds of per-step overhead a run's steps had under this model (`stats`: a GenerationStats):
+        each speculative step at its drafted length (``gamma_history``), each plain step a plain one."""
+        if not self.t_overhead_by_gamma or len(stats.gamma_history) != stats.target_calls:
+            return stats.target_calls * self.t_overhead + stats.plain_steps * (self.t_overhead_plain - self.t_overhead)
+        return sum(self.overhead(g) for g in stats.gamma_history)
 
     # ------------------------------------------------------------------------------------ queries
     def t_target(self, k: float) -> float:
@@ -131,21 +164,15 @@ class CostModel:
         """The same model with ``target_times`` made non-decreasing in k (the least-squares isotonic fit,
         pool-adjacent-violators): verifying more tokens cannot cost less, so on a noisy machine a k that
         measured cheaper than a smaller one is noise, and a policy should not chase it."""
-        blocks: list[list[float]] = []  # [sum, count] of pooled neighbours
-        for t in self.target_times.values():
-            blocks.append([t, 1.0])
-            while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
-                s_, n_ = blocks.pop()
-                blocks[-1][0] += s_
-                blocks[-1][1] += n_
-        fitted = [b[0] / b[1] for b in blocks for _ in range(int(b[1]))]
+        fitted = _isotonic(list(self.target_times.values()))
         return CostModel(self.t_draft, dict(zip(self.target_times, fitted)), self.metadata, self.t_overhead,
-                         self.t_draft_cold, self._t_overhead_plain)
+                         self.t_draft_cold, self._t_overhead_plain, self.t_overhead_by_gamma)
 
     def without_draft(self) -> "CostModel":
         """The same target timings with a free draft (t_draft = 0): the cost of a model-free drafter such
         as prompt lookup, whose n-gram search is negligible next to a target call."""
-        return CostModel(0.0, self.target_times, self.metadata, self.t_overhead, 0.0, self._t_overhead_plain)
+        return CostModel(0.0, self.target_times, self.metadata, self.t_overhead, 0.0, self._t_overhead_plain,
+                         self.t_overhead_by_gamma)
 
     def calibrate(self, stats, plain_time: float | None = None) -> "CostModel":
         """This model re-priced from a real run (`stats`: a GenerationStats, or a list merged together).
@@ -250,12 +277,39 @@ class CostModel:
                 scale = max(0.0, (step - t1) / rise)
                 table = {k: t1 + scale * (t - t1) for k, t in table.items()}
                 overhead = step - (t1 + scale * rise)
+        by_gamma = self._overhead_by_gamma(stats, table, overhead) if spec and scale == 1.0 else None
         meta = {**self.metadata, "calibrated_from": {"target_calls": calls, "draft_calls": stats.draft_calls,
                                                      "plain_steps": plain,
                                                      "mean_target_width": stats.target_positions / calls,
                                                      "plain_time": plain_time, "target_rise_scale": scale,
                                                      "overpriced_per_step": max(0.0, -overhead)}}
-        return CostModel(t_draft, table, meta, max(0.0, overhead), cold, plain_over)
+        return CostModel(t_draft, table, meta, max(0.0, overhead), cold, plain_over, by_gamma)
+
+    @staticmethod
+    def _overhead_by_gamma(stats, table: Mapping[int, float], pooled: float) -> dict[int, float] | None:
+        """Per drafted length gamma, what the chain loop's steps of that length took beyond the bare forward
+        over gamma + 1 tokens (``GenerationStats.gamma_steps`` / ``gamma_seconds``), each shrunk towards the
+        `pooled` overhead with _SHRINK pseudo-steps, at least 0, made non-decreasing in gamma, then all shifted
+        alike so that their mean over the run's steps is `pooled` (the run is priced at what it took). None unless the run
+        drafted at least two lengths (a fixed-gamma run has one, which `pooled` already is).
+
+        Why: a target forward made right after gamma draft calls runs slower than a bare one, more so the
+        more draft work came before it (a target over 4 tokens, 2026-12-02: 5.5 ms bare; 6.5 ms in the
+        loop after 3 draft calls; 5.6 back to back, 6.0-6.3 after 3 ms of other work). One overhead pooled
+        over a gamma="auto" run's lengths priced its short steps too dear and its long ones too cheap, so
+        it drafted longer than paid (unseen prompts, T = 1: about 2.9 tokens a step, where gamma = 2 ran
+        faster per token than gamma = 3 or 4)."""
+        steps, secs = stats.gamma_steps, stats.gamma_seconds
+        seen = [g for g in range(1, len(steps)) if steps[g]]
+        if len(seen) < 2:
+            return None
+        own = {g: secs[g] - steps[g] * _interp(table, g + 1) for g in seen}  # seconds beyond the bare forwards
+        fitted = _isotonic([max(0.0, (own[g] + _SHRINK * pooled) / (steps[g] + _SHRINK)) for g in seen],
+                           [steps[g] + _SHRINK for g in seen])
+        # one shift for all, so that these steps' mean is the pooled overhead: the run is priced at the seconds
+        # it took (with plain steps too few to price apart, `pooled` is the overhead they are priced at too)
+        shift = pooled - sum(steps[g] * v for g, v in zip(seen, fitted)) / sum(steps[g] for g in seen)
+        return {g: max(0.0, v + shift) for g, v in zip(seen, fitted)}
 
     # ---------------------------------------------------------------------------- serialisation
     def to_dict(self) -> dict[str, Any]:
@@ -265,6 +319,8 @@ class CostModel:
             "t_overhead": self.t_overhead,
             "t_draft_cold": self.t_draft_cold,
             **({"t_overhead_plain": self._t_overhead_plain} if self._t_overhead_plain is not None else {}),
+            **({"t_overhead_by_gamma": {str(g): t for g, t in self.t_overhead_by_gamma.items()}}
+               if self.t_overhead_by_gamma else {}),
             "target_times": {str(k): t for k, t in self.target_times.items()},  # JSON keys are strings
             "metadata": self.metadata,
         }
@@ -279,8 +335,13 @@ class CostModel:
             raise ValueError(f"target_times must be a mapping from k to seconds, got {_brief(d['target_times'])}")
         # JSON object keys are strings: "4" -> 4 here (the constructor itself takes integer keys only).
         times = {int(k) if isinstance(k, str) and k.strip().isdigit() else k: t for k, t in d["target_times"].items()}
+        by_gamma = d.get("t_overhead_by_gamma")
+        if by_gamma is not None and not isinstance(by_gamma, Mapping):
+            raise ValueError(f"t_overhead_by_gamma must be a mapping from gamma to seconds, got {_brief(by_gamma)}")
+        if by_gamma:
+            by_gamma = {int(g) if isinstance(g, str) and g.strip().isdigit() else g: t for g, t in by_gamma.items()}
         return cls(d["t_draft"], times, d.get("metadata"), d.get("t_overhead", 0.0), d.get("t_draft_cold", 0.0),
-                   d.get("t_overhead_plain"))
+                   d.get("t_overhead_plain"), by_gamma)
 
     def save(self, path: str | os.PathLike) -> None:
         with open(path, "w", encoding="utf-8") as fh:
@@ -387,6 +448,24 @@ class CostModel:
             "torch_version": torch.__version__,
         }
         return cls(t_draft, target_times, metadata)
+
+
+def _isotonic(values: list[float], weights: list[float] | None = None) -> list[float]:
+    """The weighted least-squares non-decreasing fit of `values` (pool-adjacent-violators)."""
+    blocks: list[list[float]] = []  # [weighted sum, weight, count] of pooled neighbours
+    for v, w in zip(values, weights or [1.0] * len(values)):
+        blocks.append([v * w, w, 1])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            s_, w_, n_ = blocks.pop()
+            blocks[-1][0] += s_
+            blocks[-1][1] += w_
+            blocks[-1][2] += n_
+    return [b[0] / b[1] for b in blocks for _ in range(b[2])]
+
+
+def _interp(table: Mapping[int, float], k: float) -> float:
+    """`table` {k: seconds} at k, as CostModel.t_target reads its table."""
+    return CostModel(1.0, table).t_target(k)
 
 
 def _seconds(v, name: str) -> float:

@@ -333,8 +333,10 @@ class SpeculativeGenerator:
                 write_emitted(out, from_draft, n_gen, active, emitted, n, count)
                 done = ended | (n_gen[active] >= max_new)
                 _sync(device)
-                stats.verify_time += time.perf_counter() - t2
+                t_spec = time.perf_counter()
+                stats.verify_time += t_spec - t2
                 stats.target_time += t2 - t1
+                t_spec -= t1
                 step = StreamStep(
                     rows=rows,
                     tokens=[r[:c] for r, c in zip(emitted.tolist(), count.tolist())],
@@ -359,7 +361,9 @@ class SpeculativeGenerator:
             active = active[keep]
             t_tail = time.perf_counter() - t3
             stats.verify_time += t_tail
-            if not big_k:
+            if big_k:
+                stats.record_step_time(big_k, t_spec + t_tail)
+            else:
                 stats.plain_step_time += t_tail
         stats.early_stops = policy.early_stops
         new_len = int(n_gen.max()) if b else 0

@@ -219,11 +219,11 @@ class AdaptivePolicy:
         if free_draft:
             cost_model = cost_model.without_draft()
         self.cost = cost_model  # what the policy prices with
-        self._t_target = [cost_model.t_target(k) for k in range(1, max_gamma + 2)]  # T_target(1..max_gamma+1)
         self._t_draft = cost_model.t_draft
-        # what a plain step saves beyond the forward: no verification path (priced apart once calibrated)
-        self._plain_saving = cost_model.t_overhead - cost_model.t_overhead_plain
         self._step = [cost_model.step_time(k) for k in range(max_gamma + 1)]  # k = 0: a plain step
+        # A step's seconds outside draft calls when it verifies k drafted tokens: T_target(k + 1) and the loop's
+        # overhead at that length (k = 0: a plain step, which skips the verification path)
+        self._verify = [cost_model.t_target(k + 1) + cost_model.overhead(k) for k in range(max_gamma + 1)]
         self._rate = 1.0 / self._step[0]
 
     # ------------------------------------------------------------------------------ pricing
@@ -313,21 +313,20 @@ class AdaptivePolicy:
         Drafting on to length L >= i adds P x S(L) expected tokens, S(L) = 1 + a + .. + a^(L-i) with a the
         continuation rate (:meth:`AcceptanceModel.continuation`: acceptance after an accepted position), times
         position i's expected rate when it is not drafted yet, and costs
-        C(L) = (L - i + [not paid]) t_draft + T_target(L + 1) - T_target(i) more time (for i = 1 also the
-        overhead a speculative step has over a plain one). At the policy's rate
+        C(L) = (L - i + [not paid]) t_draft + V(L) - V(i - 1) more time, V(k) = T_target(k + 1) + the loop's
+        overhead of a step verifying k drafted tokens (V(0): a plain step's). At the policy's rate
         R (tokens per second: the best fixed length's under the model, or what this policy's drafting steps
         achieved, priced by the cost model from counts, whichever is higher) that pays iff P > R C(L) / S(L)
         for some L: the threshold is the least of those.
         """
         # positions after i are reached only after accepted ones: priced at the continuation rate
-        a, t0 = self._later, self._t_target[i - 1]  # stopping before position i verifies i - 1 drafts
-        if i == 1:  # ... and before position 1 it is a plain step, which skips the verification path
-            t0 -= self._plain_saving
+        a, t0 = self._later, self._verify[i - 1]  # stopping before position i verifies i - 1 drafts (none
+        # before position 1: a plain step)
         best, s, pw = math.inf, 0.0, 1.0 if paid else (self._alpha if i == 1 else self._later)
         for L in range(i, self.max_gamma + 1):
             s += pw
             pw *= a
-            extra = (L - i + (not paid)) * self._t_draft + self._t_target[L] - t0
+            extra = (L - i + (not paid)) * self._t_draft + self._verify[L] - t0
             best = min(best, self._rate * extra / max(s, 1e-300))
         return best
 

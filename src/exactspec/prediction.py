@@ -77,7 +77,7 @@ def predict_batch(runs, cost, *, n_tokens: int, prefill_plain: float = 0.0, pref
 def _loop_seconds(stats, cost) -> float:
     """A run's decoding loop priced by `cost` from its counts: t_draft per draft call, the cold extra per
     step that called the draft, T_target at each call's width (``width_counts``) and the overhead per call
-    (a plain step's, ``t_overhead_plain``, for the run's plain steps)."""
+    (a plain step's, ``t_overhead_plain``, for the run's plain steps; per drafted length when the model has
+    ``t_overhead_by_gamma``: CostModel.loop_overhead)."""
     return stats.draft_calls * cost.t_draft + stats.draft_steps * cost.t_draft_cold + \
-        stats.target_calls * (cost.mean_target_time(stats) + cost.t_overhead) + \
-        stats.plain_steps * (cost.t_overhead_plain - cost.t_overhead)
+        stats.target_calls * cost.mean_target_time(stats) + cost.loop_overhead(stats)

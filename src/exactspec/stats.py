@@ -53,6 +53,11 @@ class GenerationStats:
         tree_history: the tree drafted at each step (treemath.tree_label: children per node by depth).
         width_counts[w]: target calls that were fed w positions (a plain step 1, a chain step its longest
             draft + 1, a tree step its nodes + 1), so a cost model prices the calls at the widths they had.
+        gamma_steps[k] / gamma_seconds[k]: the chain loop's speculative steps that drafted k tokens (the
+            longest row) and their seconds outside draft-model calls (target forward, verification,
+            rollback): a target forward right after k draft calls runs slower than one right after another
+            forward, and more so the more draft work came before it, so a cost model prices each k apart
+            (CostModel.calibrate: ``t_overhead_by_gamma``).
         step_rows: per target call, ``[row, k, a]`` for each row taking part (its index in the run's
             input_ids, drafted k, accepted a; merged runs concatenate), and row_tokens[r] the tokens row r
             emitted: a batch's rows differ (one finds repeats for prompt lookup, another none), they share
@@ -88,6 +93,8 @@ class GenerationStats:
     rank_accepted: list[list[int]] = field(default_factory=list)
     tree_history: list[str] = field(default_factory=list)
     width_counts: list[int] = field(default_factory=list)
+    gamma_steps: list[int] = field(default_factory=list)
+    gamma_seconds: list[float] = field(default_factory=list)
     step_rows: list[list[list[int]]] = field(default_factory=list)
     row_tokens: list[int] = field(default_factory=list)
 
@@ -223,6 +230,13 @@ class GenerationStats:
                 row.append((a + prior_weight * target) / (n + prior_weight))
             out.append(row)
         return out
+
+    def record_step_time(self, gamma: int, seconds: float) -> None:
+        """A speculative chain step that drafted `gamma` tokens took `seconds` outside draft-model calls."""
+        _bump(self.gamma_steps, gamma)
+        if gamma >= len(self.gamma_seconds):
+            self.gamma_seconds.extend([0.0] * (gamma + 1 - len(self.gamma_seconds)))
+        self.gamma_seconds[gamma] += seconds
 
     def record_plain(self, rows: int, row_ids: list[int] | None = None) -> None:
         """Count one plain step of `rows` rows (one position fed, nothing drafted): what record_step counts
