@@ -162,3 +162,47 @@ def test_growing_layer_holds_what_dynamic_layer_holds_and_appends_in_place():
     both(lambda layer: layer.crop(-100))
     both(append(4, rows=2))
     assert grow.get_seq_length() == 4
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@torch.inference_mode()
+def test_a_half_precision_draft_drafting_for_several_rows_computes_in_fp32(dtype):
+    """Several rows: the forward computes in fp32 on fp32 copies of the half-precision weights, so it equals
+    transformers' forward of the model cast to fp32 (to fp32 rounding); one row keeps the model's dtype."""
+    import copy
+
+    model = tiny_lm("llama", seed=8, attn="sdpa", dtype=torch.float32).to(dtype)
+    assert lean_forward_for(model, None, rows=1).dtype is None
+    lean = SlotCache(model)
+    lean.use_lean(rows=3)
+    assert lean.lean.dtype == torch.float32
+    hf = SlotCache(copy.deepcopy(model).float())
+    g = torch.Generator().manual_seed(1)
+    ids, valid = torch.randint(1, 60, (3, 5), generator=g), torch.ones(3, 5, dtype=torch.bool)
+    valid[2, :2] = False
+    for tok, ok in [(ids, valid), (torch.randint(1, 60, (3, 1), generator=g), torch.ones(3, 1, dtype=torch.bool))]:
+        a, b = hf.forward(tok, ok), lean.forward(tok, ok)
+        assert b.dtype == torch.float32
+        real = ok[:, :, None].expand_as(a)
+        torch.testing.assert_close(b[real], a[real], atol=1e-4, rtol=1e-4)
+    # a head of its own (not a plain Linear: a token subset, say) keeps the model's dtype
+    odd = tiny_lm("llama", seed=8, attn="sdpa", dtype=torch.float32).to(dtype)
+    odd.lm_head = torch.nn.Sequential(odd.lm_head)
+    assert lean_forward_for(odd, None, rows=3).dtype is None
+
+
+def test_a_half_precision_draft_on_a_ragged_batch_stays_exact():
+    from exactspec import SpeculativeGenerator
+
+    import copy
+
+    target = tiny_lm("llama", seed=0, attn="sdpa", dtype=torch.float32)
+    draft = copy.deepcopy(target).to(torch.float16)  # the target in half precision: it agrees with it mostly
+    ids = torch.randint(1, 60, (3, 6), generator=torch.Generator().manual_seed(2))
+    mask = torch.ones_like(ids)
+    mask[1, :2] = mask[2, :4] = 0
+    out = SpeculativeGenerator(target, draft).generate(ids, mask, max_new_tokens=12, gamma=3, do_sample=False,
+                                                       eos_token_id=[])
+    ref = target.generate(ids, attention_mask=mask, max_new_tokens=12, do_sample=False, pad_token_id=0)
+    assert torch.equal(out.sequences, ref)
+    assert out.stats.accepted_tokens > out.stats.drafted_tokens / 2

@@ -117,11 +117,12 @@ class SlotCache:
         # model's final hidden state, the output of its final norm, `[B, S, H]`, in `hidden`.
         self.record_hidden, self.hidden = False, None
 
-    def use_lean(self) -> None:
-        """Run this (draft) model through :mod:`exactspec.leanforward` when it knows the model's layout."""
+    def use_lean(self, rows: int = 1) -> None:
+        """Run this (draft) model through :mod:`exactspec.leanforward` when it knows the model's layout;
+        `rows`: the batch it drafts for (which may set the dtype it computes in)."""
         from exactspec.leanforward import lean_forward_for
 
-        self.lean = lean_forward_for(self.model, self.window)
+        self.lean = lean_forward_for(self.model, self.window, rows)
 
     @property
     def n_real(self) -> torch.Tensor | None:

@@ -407,7 +407,7 @@ class CostModel:
             # forward where the engine would run it (exactspec.leanforward), so t_draft is the step it takes.
             sc = SlotCache(model)
             if lean:
-                sc.use_lean()
+                sc.use_lean(batch_size)
             sc.forward(ids[:, :prompt_len], torch.ones(batch_size, prompt_len, dtype=torch.bool), logits_to_keep=1)
             return sc
 

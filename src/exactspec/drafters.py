@@ -81,7 +81,8 @@ class DraftModelDrafter:
     def start(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
         """Prefill on the prompt `[B, P]` minus its last token (which becomes pending)."""
         self.state = SlotCache(self.model)
-        self.state.use_lean()  # a draft's forward need not be transformers' own (exactspec.leanforward)
+        # a draft's forward need not be transformers' own (exactspec.leanforward)
+        self.state.use_lean(input_ids.shape[0])
         if input_ids.shape[1] > 1:
             self.state.forward(input_ids[:, :-1], attention_mask[:, :-1].bool(), logits_to_keep=1)
         self.pending = input_ids[:, -1:].to(self.state.device)  # [B, W]

@@ -16,6 +16,14 @@ parallel split, plain `nn.Linear` projections on one device (not quantised, no a
 hooks). Everything else (and ``EXACTSPEC_LEAN_DRAFT=0``) takes transformers' forward.
 Its fused q/k/v and gate/up weights are copied once per generation run, so a draft trained or edited
 between runs is seen as it is.
+
+A half-precision draft on a CPU computes in fp32 when a run drafts for more than one row. One row's draft
+call is a matrix-vector product per weight, a read of the weights, which half precision halves; at several
+rows the product itself is the cost, and PyTorch's fp16 products on a CPU are far slower than fp32 ones
+(measured here, 2026-12-02, the demo draft's nine products per call: 1 row 191 µs fp16, 115 fp32; 4 rows
+384 µs fp16, 156 fp32). Then every weight the forward reads is copied to fp32 once per run (a few MB for
+the demo draft). Exactness does not depend on it; q is whatever this forward computed.
+``EXACTSPEC_DRAFT_UPCAST=0`` keeps the draft's own dtype (benchmarks/bench_batch_draft_dtype.py times both).
 """
 from __future__ import annotations
 
@@ -30,9 +38,10 @@ _KNOWN = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2"}
 _GQA = tuple(int(x) for x in torch.__version__.split(".")[:2]) >= (2, 5)  # sdpa's enable_gqa
 
 
-def lean_forward_for(model, window) -> "LeanForward | None":
+def lean_forward_for(model, window, rows: int = 1) -> "LeanForward | None":
     """The lean forward of `model`, or None when it must run through transformers (see the module doc).
-    `window` is the slot cache's sliding window (None without)."""
+    `window` is the slot cache's sliding window (None without); `rows` the batch the run drafts for (a
+    half-precision draft on a CPU then computes in fp32, see the module doc)."""
     if os.environ.get("EXACTSPEC_LEAN_DRAFT", "1") == "0" or window is not None:
         return None
     cfg = model.config
@@ -55,7 +64,10 @@ def lean_forward_for(model, window) -> "LeanForward | None":
     if len({(p.device, p.dtype) for p in params}) != 1 or params[0].device.type == "meta" \
             or not params[0].dtype.is_floating_point:
         return None
-    return LeanForward(model)
+    upcast = rows > 1 and os.environ.get("EXACTSPEC_DRAFT_UPCAST", "1") != "0" \
+        and params[0].device.type == "cpu" and params[0].dtype in (torch.float16, torch.bfloat16) \
+        and type(model.lm_head) is torch.nn.Linear  # (a head of its own, e.g. a token subset, keeps its dtype)
+    return LeanForward(model, torch.float32 if upcast else None)
 
 
 class LeanForward:
@@ -63,16 +75,24 @@ class LeanForward:
 
     Per layer it multiplies once for q, k and v together and once for gate and up together. The fused
     weights are copies made when the LeanForward is made (once per generation run: a draft trained or
-    edited between runs is seen as it is); every other weight is read from its module at call time."""
+    edited between runs is seen as it is); every other weight is read from its module at call time, unless
+    `dtype` (the dtype to compute in) differs from the model's: then those are copied in `dtype` too, and
+    logits come out in `dtype`."""
 
-    def __init__(self, model):
+    def __init__(self, model, dtype: torch.dtype | None = None):
         self.model = model
+        own = next(model.parameters()).dtype
+        self.dtype = None if dtype in (None, own) else dtype
         cfg = model.config
         self.heads, self.kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.scale = self.head_dim ** -0.5
         with torch.inference_mode(False), torch.no_grad():  # ordinary tensors whatever mode the caller runs in
-            self.layers = [_Layer(layer) for layer in model.model.layers[: cfg.num_hidden_layers]]
+            self.layers = [_Layer(layer, self.dtype) for layer in model.model.layers[: cfg.num_hidden_layers]]
+            norm, head = model.model.norm, model.lm_head
+            self.norm, self.norm_eps = (norm.weight if self.dtype is None else norm.weight.to(self.dtype)), _eps(norm)
+            self.head = None if self.dtype is None else (head.weight.to(self.dtype),
+                                                         None if head.bias is None else head.bias.to(self.dtype))
 
     def run(self, tokens: torch.Tensor, pos: torch.Tensor, attend: torch.Tensor | None, cache,
             logits_to_keep: int = 0) -> torch.Tensor:
@@ -82,11 +102,15 @@ class LeanForward:
         h = self.layers_out(self.model.model.embed_tokens(tokens), pos, attend, cache)  # [B, S, D]
         if logits_to_keep:
             h = h[:, -logits_to_keep:]
-        return self.model.lm_head(self.model.model.norm(h))
+        if self.head is None:
+            return self.model.lm_head(self.model.model.norm(h))
+        return F.linear(_rms(h, self.norm, self.norm_eps), *self.head)
 
     def layers_out(self, h: torch.Tensor, pos: torch.Tensor, attend: torch.Tensor | None, cache) -> torch.Tensor:
         """The decoder layers on input embeddings `h [B, S, D]` (as :meth:`run`), before the final norm."""
         inner = self.model.model
+        if self.dtype is not None:
+            h = h.to(self.dtype)
         b, s = h.shape[:2]
         cos, sin = inner.rotary_emb(h, pos)  # [B, S, Dh]
         cos, sin = cos[:, None], sin[:, None]  # [B, 1, S, Dh]
@@ -124,16 +148,26 @@ class _Layer:
     """One decoder layer's weights as the lean forward reads them: q/k/v and gate/up fused (copies), the
     rest the layer's own modules."""
 
-    def __init__(self, layer):
+    def __init__(self, layer, dtype: torch.dtype | None = None):
         a, mlp = layer.self_attn, layer.mlp
+        cast = (lambda t: t) if dtype is None else (lambda t: None if t is None else t.to(dtype))
         projections = (a.q_proj, a.k_proj, a.v_proj)
-        self.qkv = torch.cat([x.weight for x in projections])
-        self.qkv_bias = None if all(x.bias is None for x in projections) else torch.cat(
-            [x.bias if x.bias is not None else x.weight.new_zeros(x.weight.shape[0]) for x in projections])
-        self.gate_up = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])
-        self.o, self.down = a.o_proj, mlp.down_proj  # Llama's attention_bias puts a bias on o_proj too
-        self.norm1, self.eps1 = layer.input_layernorm.weight, _eps(layer.input_layernorm)
-        self.norm2, self.eps2 = layer.post_attention_layernorm.weight, _eps(layer.post_attention_layernorm)
+        self.qkv = cast(torch.cat([x.weight for x in projections]))
+        self.qkv_bias = None if all(x.bias is None for x in projections) else cast(torch.cat(
+            [x.bias if x.bias is not None else x.weight.new_zeros(x.weight.shape[0]) for x in projections]))
+        self.gate_up = cast(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]))
+        # Llama's attention_bias puts a bias on o_proj too; the modules' own weights unless computing apart
+        self.o = a.o_proj if dtype is None else _Linear(cast(a.o_proj.weight), cast(a.o_proj.bias))
+        self.down = mlp.down_proj if dtype is None else _Linear(cast(mlp.down_proj.weight), None)
+        self.norm1, self.eps1 = cast(layer.input_layernorm.weight), _eps(layer.input_layernorm)
+        self.norm2, self.eps2 = cast(layer.post_attention_layernorm.weight), _eps(layer.post_attention_layernorm)
+
+
+class _Linear:
+    """A weight and bias as the lean forward reads a projection's (``.weight``, ``.bias``)."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None):
+        self.weight, self.bias = weight, bias
 
 
 def _eps(norm) -> float:
