@@ -130,3 +130,17 @@ def test_a_real_auto_run_records_its_steps_per_drafted_length_and_is_priced_at_w
     merged = GenerationStats.merge([st, st])
     assert merged.gamma_steps == [2 * n for n in st.gamma_steps]
     assert merged.gamma_seconds == pytest.approx([2 * s for s in st.gamma_seconds])
+
+
+def test_a_batch_prices_its_drafted_lengths_only_from_steps_with_every_row_running():
+    """Steps after a row finished are narrower and cheaper: they would mix the batch's shrinking into the
+    price of a drafted length, so only the steps with the whole batch are timed per length."""
+    target = tiny_lm("llama", seed=0, init=0.02)
+    draft = tiny_lm("llama", seed=0, init=0.02, layers=1)
+    ids = torch.randint(1, 64, (3, 6), generator=torch.Generator().manual_seed(3))
+    st = SpeculativeGenerator(target, draft).generate(ids, max_new_tokens=30, gamma=3, do_sample=True, seed=1,
+                                                      eos_token_id=list(range(1, 64, 5))).stats
+    rows = [len(r) for r in st.step_rows]
+    assert min(rows) < 3 and max(rows) == 3  # a row finished before the others
+    whole = sum(1 for n, g in zip(rows, st.gamma_history) if n == 3 and g > 0)
+    assert sum(st.gamma_steps) == whole

@@ -290,7 +290,7 @@ class CostModel:
         """Per drafted length gamma, what the chain loop's steps of that length took beyond the bare forward
         over gamma + 1 tokens (``GenerationStats.gamma_steps`` / ``gamma_seconds``), each shrunk towards the
         `pooled` overhead with _SHRINK pseudo-steps, at least 0, made non-decreasing in gamma, then all shifted
-        alike so that their mean over the run's steps is `pooled` (the run is priced at what it took). None unless the run
+        alike so that their mean over the run's speculative steps is `pooled` (the run is priced at what it took). None unless the run
         drafted at least two lengths (a fixed-gamma run has one, which `pooled` already is).
 
         Why: a target forward made right after gamma draft calls runs slower than a bare one, more so the
@@ -306,10 +306,14 @@ class CostModel:
         own = {g: secs[g] - steps[g] * _interp(table, g + 1) for g in seen}  # seconds beyond the bare forwards
         fitted = _isotonic([max(0.0, (own[g] + _SHRINK * pooled) / (steps[g] + _SHRINK)) for g in seen],
                            [steps[g] + _SHRINK for g in seen])
-        # one shift for all, so that these steps' mean is the pooled overhead: the run is priced at the seconds
-        # it took (with plain steps too few to price apart, `pooled` is the overhead they are priced at too)
-        shift = pooled - sum(steps[g] * v for g, v in zip(seen, fitted)) / sum(steps[g] for g in seen)
-        return {g: max(0.0, v + shift) for g, v in zip(seen, fitted)}
+        # One shift for all, so that the run's speculative steps (gamma_history, as loop_overhead reads them;
+        # steps after a row finished included) average the pooled overhead: the run is priced at the seconds
+        # it took (with plain steps too few to price apart, `pooled` is the overhead they are priced at too).
+        table = dict(zip(seen, fitted))
+        by = CostModel(0.0, {1: 1.0}, t_overhead_by_gamma={g: max(v, 0.0) for g, v in table.items()})
+        history = [g for g in stats.gamma_history if g > 0] or [g for g in seen for _ in range(steps[g])]
+        shift = pooled - sum(by.overhead(g) for g in history) / len(history)
+        return {g: max(0.0, v + shift) for g, v in table.items()}
 
     # ---------------------------------------------------------------------------- serialisation
     def to_dict(self) -> dict[str, Any]:

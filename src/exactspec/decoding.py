@@ -284,6 +284,7 @@ class SpeculativeGenerator:
             target, pending = prefill(self.target, drafter, ids, mask)
             stats.prefill_time = time.perf_counter() - t_start
         while active.numel():
+            whole = active.numel() == b  # every row still running (steps priced per drafted length: see stats)
             caps = policy.next_lengths(max_new - n_gen[active] - 1)  # [B]; all 0: a plain target step
             t0 = time.perf_counter()
             # (a plain step asks nothing of the drafter, so its time is the plain step's, not drafting's)
@@ -361,7 +362,7 @@ class SpeculativeGenerator:
             active = active[keep]
             t_tail = time.perf_counter() - t3
             stats.verify_time += t_tail
-            if big_k:
+            if big_k and whole:
                 stats.record_step_time(big_k, t_spec + t_tail)
             else:
                 stats.plain_step_time += t_tail

@@ -54,10 +54,12 @@ class GenerationStats:
         width_counts[w]: target calls that were fed w positions (a plain step 1, a chain step its longest
             draft + 1, a tree step its nodes + 1), so a cost model prices the calls at the widths they had.
         gamma_steps[k] / gamma_seconds[k]: the chain loop's speculative steps that drafted k tokens (the
-            longest row) and their seconds outside draft-model calls (target forward, verification,
-            rollback): a target forward right after k draft calls runs slower than one right after another
-            forward, and more so the more draft work came before it, so a cost model prices each k apart
-            (CostModel.calibrate: ``t_overhead_by_gamma``).
+            longest row) while every row of the batch was still running, and their seconds outside
+            draft-model calls (target forward, verification, rollback): a target forward right after k
+            draft calls runs slower than one right after another forward, and more so the more draft work
+            came before it, so a cost model prices each k apart (CostModel.calibrate:
+            ``t_overhead_by_gamma``). Steps after a row finished are narrower, hence cheaper, and would mix
+            the batch's shrinking into the price of k.
         step_rows: per target call, ``[row, k, a]`` for each row taking part (its index in the run's
             input_ids, drafted k, accepted a; merged runs concatenate), and row_tokens[r] the tokens row r
             emitted: a batch's rows differ (one finds repeats for prompt lookup, another none), they share
