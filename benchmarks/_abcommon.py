@@ -43,3 +43,26 @@ def dump(result: dict, out: str | None) -> None:
     if out:
         with open(out, "w") as f:
             json.dump(result, f, indent=1)
+
+
+def rounds(systems: list, run, stats: dict, repeats: int, same=None):
+    """Warm every system up (``run(system, 0)``; the per-system `stats` lists are cleared after it), then
+    `repeats` interleaved rounds with seeds 1000 (rep + 1). ``run(system, seed) -> (seconds, outputs)``;
+    ``same(output, reference) -> bool``, when given, compares each system's outputs with the first system's
+    (the baseline) of the same round. Returns ``(times {system: [seconds]}, equal {system: bool} or None)``."""
+    for s in systems:
+        run(s, 0)  # warm-up (and gamma="auto"'s cost model, measured once per process)
+    for v in stats.values():
+        v.clear()
+    times: dict = {s: [] for s in systems}
+    equal = {s: True for s in systems[1:]}
+    for rep in range(repeats):
+        ref = None
+        for s in systems:
+            dt, outs = run(s, 1000 * (rep + 1))
+            times[s].append(dt)
+            if ref is None:
+                ref = outs
+            elif same is not None:
+                equal[s] &= all(same(o, r) for o, r in zip(outs, ref))
+    return times, equal if same is not None else None

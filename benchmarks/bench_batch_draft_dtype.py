@@ -5,8 +5,9 @@ exactspec.leanforward computes a half-precision draft's forward in fp32 when a r
 row (``EXACTSPEC_DRAFT_UPCAST=0`` keeps the draft's dtype). This script times, on the same prompt batches and
 in the same rounds: target-alone batched `generate` (the baseline) and exactspec at each gamma with the draft
 computing in fp32 ("fp32") and in its own dtype ("own"). One generator per system for the whole run, as the
-bench keeps. Rows run to max_new_tokens (no EOS); greedy outputs must equal `generate`'s up to the first EOS. Medians over
-repeats of each system's time for all batches, as ratios to the baseline's time in the same repeat.
+bench keeps. Rows run to max_new_tokens (no EOS); greedy outputs must equal `generate`'s up to the first
+EOS. Medians over repeats of each system's time for all batches, as ratios to the baseline's time in the
+same repeat.
 
     python benchmarks/bench_batch_draft_dtype.py [--prompts benchmarks/prompts/unseen_code.json]
         [--num-prompts 8] [--batch-size 4] [--gammas 2,auto] [--temperature 1] [--out r.json]
@@ -19,7 +20,7 @@ import statistics
 import time
 
 import torch
-from _abcommon import add_common, dump, prompts_of, setup
+from _abcommon import add_common, dump, prompts_of, rounds, setup
 
 
 def main() -> None:
@@ -68,22 +69,9 @@ def main() -> None:
             outs.append(seq[:, enc["input_ids"].shape[1]:])
         return time.perf_counter() - t0, outs
 
-    for s in systems:
-        run(s, 0)  # warm-up (and gamma="auto"'s cost model, measured once per process)
-    for s in stats:
-        stats[s].clear()
     eos = eos_ids(target, tok)  # generate() bans EOS until min_new_tokens; rows are compared up to it
-    times: dict = {s: [] for s in systems}
-    equal = {s: True for s in systems[1:]}
-    for rep in range(args.repeats):
-        ref = None
-        for s in systems:
-            dt, outs = run(s, 1000 * (rep + 1))
-            times[s].append(dt)
-            if s == "target":
-                ref = outs
-            elif greedy:
-                equal[s] &= all(greedy_prefix_equal(o, r, eos)[0] for o, r in zip(outs, ref))
+    times, equal = rounds(systems, run, stats, args.repeats,
+                          (lambda o, r: greedy_prefix_equal(o, r, eos)[0]) if greedy else None)
     os.environ.pop("EXACTSPEC_DRAFT_UPCAST", None)
     merged = {k: GenerationStats.merge(v) for k, v in stats.items()}
     result = {"pair": args.pair, "prompts": args.prompts or "held-out", "batches": len(batches),

@@ -22,7 +22,7 @@ import statistics
 import time
 
 import torch
-from _abcommon import add_common, dump, prompts_of, setup
+from _abcommon import add_common, dump, prompts_of, rounds, setup
 
 
 def main() -> None:
@@ -98,22 +98,9 @@ def main() -> None:
             outs.append(seq[:, enc["input_ids"].shape[1]:])
         return time.perf_counter() - t0, outs
 
-    for s in systems:
-        run(s, 0)  # warm-up (and the cost model, measured once per process)
-    for s in stats:
-        stats[s].clear()
-    eos = eos_ids(target, tok)
-    times: dict = {s: [] for s in systems}
-    equal = {s: True for s in systems[1:]}
-    for rep in range(args.repeats):
-        ref = None
-        for s in systems:
-            dt, outs = run(s, 1000 * (rep + 1))
-            times[s].append(dt)
-            if s == "target":
-                ref = outs
-            elif greedy:
-                equal[s] &= all(greedy_prefix_equal(o, r, eos)[0] for o, r in zip(outs, ref))
+    eos = eos_ids(target, tok)  # generate() bans EOS until min_new_tokens; rows are compared up to it
+    times, equal = rounds(systems, run, stats, args.repeats,
+                          (lambda o, r: greedy_prefix_equal(o, r, eos)[0]) if greedy else None)
     n = n_new * len(inputs)
     tps = {k: statistics.median(n / t for t in v) for k, v in times.items()}
     merged = {k: GenerationStats.merge(v) for k, v in stats.items()}

@@ -10,9 +10,10 @@ import json
 import pytest
 import torch
 
+from _policy_models import acceptance_at_rate
 from _spec_models import tiny_lm
 from exactspec import CostModel, SpeculativeGenerator
-from exactspec.policy import AcceptanceModel, AdaptivePolicy, DraftingState
+from exactspec.policy import AdaptivePolicy, DraftingState
 from exactspec.prediction import _loop_seconds
 from exactspec.stats import GenerationStats
 
@@ -92,20 +93,13 @@ def test_the_table_round_trips_and_survives_monotone_and_without_draft(tmp_path)
         CostModel(0.001, {1: 0.01}, t_overhead_by_gamma=[0.001])
 
 
-def _at_rate(alpha: float, n: int = 3000) -> AcceptanceModel:
-    m = AcceptanceModel()
-    c = torch.full((n,), 1.0)
-    m.see(c)
-    m.observe(c, torch.arange(n) < round(alpha * n), later=[True] * n)
-    return m
-
 
 def test_auto_drafts_shorter_when_long_steps_cost_more_in_the_loop():
     """The same pooled overhead; with the long steps dearer than the short ones, the best fixed length
     under the model shortens and drafting on past position 2 needs a surer prefix."""
     pooled = CostModel(0.001, {1: 0.010, 3: 0.0105, 5: 0.011, 9: 0.012}, t_overhead=0.002)
     by = CostModel(0.001, pooled.target_times, t_overhead=0.002, t_overhead_by_gamma={2: 0.001, 3: 0.003})
-    policies = [AdaptivePolicy(cm, 8, DraftingState(_at_rate(0.75))) for cm in (pooled, by)]
+    policies = [AdaptivePolicy(cm, 8, DraftingState(acceptance_at_rate(0.75))) for cm in (pooled, by)]
     for p in policies:
         p.next_lengths(torch.tensor([50]))
     (k_pooled, _), (k_by, _) = (p.best_length(0.75) for p in policies)

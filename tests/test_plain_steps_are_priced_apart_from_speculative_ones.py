@@ -9,9 +9,10 @@ import json
 import pytest
 import torch
 
+from _policy_models import acceptance_at_rate
 from _spec_models import tiny_lm
 from exactspec import CostModel, SpeculativeGenerator
-from exactspec.policy import AcceptanceModel, AdaptivePolicy, DraftingState
+from exactspec.policy import AdaptivePolicy, DraftingState
 from exactspec.prediction import _loop_seconds
 from exactspec.stats import GenerationStats
 
@@ -82,21 +83,14 @@ def test_the_plain_overhead_defaults_to_the_pooled_one_and_round_trips(tmp_path)
         CostModel(0.1, {1: 1.0}, t_overhead_plain=-1.0)
 
 
-def _at_rate(alpha: float, n: int = 3000) -> AcceptanceModel:
-    m = AcceptanceModel()
-    c = torch.full((n,), 1.0)
-    m.see(c)
-    m.observe(c, torch.arange(n) < round(alpha * n), later=[True] * n)
-    return m
-
 
 def test_auto_takes_plain_steps_when_the_verification_path_costs_more_than_a_bad_lookup_brings():
     """Prompt lookup accepting 15% of its tokens: on the bare table a width-2 step costs 1% more than a
     plain one, so it drafts; priced as the loop ran (the speculative path costs 2 ms more) it steps plainly."""
     table = {1: 0.010, 2: 0.0101, 5: 0.012}
-    bare = AdaptivePolicy(CostModel(0.0, table), 12, DraftingState(_at_rate(0.15)), free_draft=True)
+    bare = AdaptivePolicy(CostModel(0.0, table), 12, DraftingState(acceptance_at_rate(0.15)), free_draft=True)
     priced = AdaptivePolicy(CostModel(0.0, table, t_overhead=0.002, t_overhead_plain=0.0), 12,
-                            DraftingState(_at_rate(0.15)), free_draft=True, first_gap=1000)
+                            DraftingState(acceptance_at_rate(0.15)), free_draft=True, first_gap=1000)
     left = torch.tensor([50])
     assert bare.next_lengths(left).tolist() == [12] and bare.trim([3]) >= 1
     assert priced.next_lengths(left).tolist() == [0]
@@ -104,9 +98,9 @@ def test_auto_takes_plain_steps_when_the_verification_path_costs_more_than_a_bad
 
 def test_stopping_before_the_first_position_saves_the_verification_path():
     cm = CostModel(0.001, {1: 0.010, 2: 0.011, 5: 0.014}, t_overhead=0.002)
-    pooled = AdaptivePolicy(cm, 8, DraftingState(_at_rate(0.6)))
+    pooled = AdaptivePolicy(cm, 8, DraftingState(acceptance_at_rate(0.6)))
     apart = AdaptivePolicy(CostModel(0.001, cm.target_times, t_overhead=0.002, t_overhead_plain=0.0), 8,
-                           DraftingState(_at_rate(0.6)))
+                           DraftingState(acceptance_at_rate(0.6)))
     for p in (pooled, apart):
         p.next_lengths(torch.tensor([50]))
     apart._rate = pooled._rate  # the same rate R: only the price of stopping differs
