@@ -87,7 +87,8 @@ class CostModel:
         extra += f", t_draft_cold={self.t_draft_cold:.3g}" if self.t_draft_cold else ""
         extra += f", t_overhead_plain={self._t_overhead_plain:.3g}" if self._t_overhead_plain is not None else ""
         if self.t_overhead_by_gamma:
-            extra += ", t_overhead_by_gamma={" + ", ".join(f"{g}: {t:.3g}" for g, t in self.t_overhead_by_gamma.items()) + "}"
+            by = ", ".join(f"{g}: {t:.3g}" for g, t in self.t_overhead_by_gamma.items())
+            extra += f", t_overhead_by_gamma={{{by}}}"
         return f"CostModel(t_draft={self.t_draft:.3g}, target_times={self.target_times}{extra})"
 
     def __eq__(self, other) -> bool:
@@ -290,8 +291,9 @@ class CostModel:
         """Per drafted length gamma, what the chain loop's steps of that length took beyond the bare forward
         over gamma + 1 tokens (``GenerationStats.gamma_steps`` / ``gamma_seconds``), each shrunk towards the
         `pooled` overhead with _SHRINK pseudo-steps, at least 0, made non-decreasing in gamma, then all shifted
-        alike so that their mean over the run's speculative steps is `pooled` (the run is priced at what it took). None unless the run
-        drafted at least two lengths (a fixed-gamma run has one, which `pooled` already is).
+        alike so that their mean over the run's speculative steps is `pooled` (the run is priced at what it
+        took). None unless the run drafted at least two lengths (a fixed-gamma run has one, which `pooled`
+        already is).
 
         Why: a target forward made right after gamma draft calls runs slower than a bare one, more so the
         more draft work came before it (a target over 4 tokens, 2026-12-02: 5.5 ms bare; 6.5 ms in the
