@@ -66,3 +66,12 @@ def rounds(systems: list, run, stats: dict, repeats: int, same=None):
             elif same is not None:
                 equal[s] &= all(same(o, r) for o, r in zip(outs, ref))
     return times, equal if same is not None else None
+
+
+def batches_of(prompts: list[str], tok, batch_size: int) -> list:
+    """The prompts as left-padded batches of `batch_size` (a last partial batch is dropped)."""
+    tok.padding_side = "left"
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return [tok(prompts[i:i + batch_size], return_tensors="pt", padding=True)
+            for i in range(0, len(prompts) - batch_size + 1, batch_size)]

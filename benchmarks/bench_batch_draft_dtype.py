@@ -20,7 +20,7 @@ import statistics
 import time
 
 import torch
-from _abcommon import add_common, dump, prompts_of, rounds, setup
+from _abcommon import add_common, batches_of, dump, prompts_of, rounds, setup
 
 
 def main() -> None:
@@ -37,12 +37,7 @@ def main() -> None:
     from exactspec.stats import GenerationStats
 
     target, draft, tok = es.load_pair(args.pair)
-    tok.padding_side = "left"
-    if tok.pad_token is None:
-        tok.pad_token = tok.eos_token
-    prompts = prompts_of(args, args.pair, tok)
-    batches = [tok(prompts[i:i + args.batch_size], return_tensors="pt", padding=True)
-               for i in range(0, len(prompts) - args.batch_size + 1, args.batch_size)]
+    batches = batches_of(prompts_of(args, args.pair, tok), tok, args.batch_size)
     greedy = args.temperature == 0
     sampling = dict(do_sample=False) if greedy else dict(do_sample=True, temperature=args.temperature, top_k=0)
     n_new = args.max_new_tokens

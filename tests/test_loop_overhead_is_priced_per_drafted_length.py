@@ -47,9 +47,8 @@ def test_each_drafted_length_is_priced_at_what_its_steps_cost_and_the_run_at_wha
     assert cal.t_overhead == pytest.approx(0.002)  # the pooled overhead, as before
     by = cal.t_overhead_by_gamma
     assert set(by) == {2, 4}
-    # each length shrunk towards the pooled 2 ms by 8 pseudo-steps: 40 steps at 1 ms -> (40 + 16) / 48 ms
-    assert by[2] == pytest.approx((40 * 0.001 + 8 * 0.002) / 48)
-    assert by[4] == pytest.approx((40 * 0.003 + 8 * 0.002) / 48)
+    # each length shrunk towards a line through all lengths' own, which here passes through both
+    assert by[2] == pytest.approx(0.001) and by[4] == pytest.approx(0.003)
     assert cal.overhead(3) == pytest.approx((by[2] + by[4]) / 2)  # interpolated between lengths it saw
     assert cal.overhead(1) == by[2] and cal.overhead(9) == by[4]  # held flat past its ends
     assert cal.step_time(4) - cal.step_time(2) > 2 * cal.t_draft + BARE.t_target(5) - BARE.t_target(3)
@@ -57,6 +56,19 @@ def test_each_drafted_length_is_priced_at_what_its_steps_cost_and_the_run_at_wha
     assert cal.loop_overhead(st) == pytest.approx(40 * 0.001 + 40 * 0.003)
     # a fixed-gamma run has one length, which the pooled overhead already is: no table, nothing changes
     assert BARE.calibrate(_run({4: (40, 0.003)})).t_overhead_by_gamma is None
+
+
+def test_a_long_length_seen_in_few_steps_is_priced_near_its_own_along_the_trend(monkeypatch):
+    """gamma="auto" drafts long only now and then: 2 steps of 5 tokens among 40 of 2. Shrunk towards the
+    pooled overhead (which the short steps make) the long ones would be priced near the short ones'; shrunk
+    towards the line through both, at what they cost."""
+    import exactspec.costmodel
+
+    st = _run({2: (40, 0.001), 5: (2, 0.004)})
+    by = BARE.calibrate(st).t_overhead_by_gamma
+    assert by[2] == pytest.approx(0.001) and by[5] == pytest.approx(0.004)
+    monkeypatch.setattr(exactspec.costmodel, "_TREND", False)
+    assert BARE.calibrate(st).t_overhead_by_gamma[5] < 0.002
 
 
 def test_a_length_that_timed_cheaper_than_a_shorter_one_is_pooled_with_it():
@@ -138,3 +150,26 @@ def test_a_batch_prices_its_drafted_lengths_only_from_steps_with_every_row_runni
     assert min(rows) < 3 and max(rows) == 3  # a row finished before the others
     whole = sum(1 for n, g in zip(rows, st.gamma_history) if n == 3 and g > 0)
     assert sum(st.gamma_steps) == whole
+
+
+def test_a_batch_weighs_each_rows_p_by_the_tokens_it_has_left():
+    """A batch ends with its slowest row: a confident row about to finish does not keep the batch drafting
+    for a doubtful row with most of its tokens left, unless every row is weighed alike."""
+    from exactspec.policy import AcceptanceModel
+
+    m = AcceptanceModel()
+    lo, hi = torch.full((500,), 0.05), torch.full((500,), 0.99)
+    for c, rate in ((lo, 0.1), (hi, 0.95)):
+        m.see(c)
+        m.observe(c, torch.arange(500) < round(rate * 500), later=[True] * 500)
+    cm = CostModel(0.002, {1: 0.010, 2: 0.012, 5: 0.015})
+    decided = {}
+    for weigh in (True, False):
+        pol = AdaptivePolicy(cm, 8, DraftingState(m), weigh_left=weigh)
+        caps = pol.next_lengths(torch.tensor([50, 2]))
+        assert caps.tolist() == [8, 2] and not pol.probing
+        h = pol.threshold(1)
+        p = m.predict([0.05, 0.99])
+        assert (51 * p[0] + 3 * p[1]) / 54 < h < (p[0] + p[1]) / 2  # the two weighings fall either side
+        decided[weigh] = pol.include(1, torch.tensor([0.05, 0.99]), caps).tolist()
+    assert decided == {True: [False, False], False: [True, True]}

@@ -26,7 +26,8 @@ from exactspec.checks import ArgumentTypeError, check_generator, check_int, chec
 __all__ = ["CostModel"]
 
 _FORMAT = "exactspec.CostModel/1"
-_SHRINK = 8.0  # pseudo-steps at the pooled overhead behind each drafted length's own (calibrate)
+_SHRINK = 8.0  # pseudo-steps at the trend's overhead behind each drafted length's own (calibrate)
+_TREND = True  # shrink towards a line in gamma fitted to all lengths (False: towards the pooled overhead)
 _MIN_PLAIN_STEPS = 4  # plain steps a run needs before calibrate prices them apart
 
 
@@ -290,7 +291,8 @@ class CostModel:
     def _overhead_by_gamma(stats, table: Mapping[int, float], pooled: float) -> dict[int, float] | None:
         """Per drafted length gamma, what the chain loop's steps of that length took beyond the bare forward
         over gamma + 1 tokens (``GenerationStats.gamma_steps`` / ``gamma_seconds``), each shrunk towards the
-        `pooled` overhead with _SHRINK pseudo-steps, at least 0, made non-decreasing in gamma, then all shifted
+        overhead a line through every length's own gives it (weighted by steps, slope >= 0) with _SHRINK
+        pseudo-steps, at least 0, made non-decreasing in gamma, then all shifted
         alike so that their mean over the run's speculative steps is `pooled` (the run is priced at what it
         took). None unless the run drafted at least two lengths (a fixed-gamma run has one, which `pooled`
         already is).
@@ -306,7 +308,9 @@ class CostModel:
         if len(seen) < 2:
             return None
         own = {g: secs[g] - steps[g] * _interp(table, g + 1) for g in seen}  # seconds beyond the bare forwards
-        fitted = _isotonic([max(0.0, (own[g] + _SHRINK * pooled) / (steps[g] + _SHRINK)) for g in seen],
+        prior = _trend(seen, [own[g] / steps[g] for g in seen], [steps[g] for g in seen]) if _TREND else \
+            {g: pooled for g in seen}
+        fitted = _isotonic([max(0.0, (own[g] + _SHRINK * prior[g]) / (steps[g] + _SHRINK)) for g in seen],
                            [steps[g] + _SHRINK for g in seen])
         # One shift for all, so that the run's speculative steps (gamma_history, as loop_overhead reads them;
         # steps after a row finished included) average the pooled overhead: the run is priced at the seconds
@@ -467,6 +471,15 @@ def _isotonic(values: list[float], weights: list[float] | None = None) -> list[f
             blocks[-1][1] += w_
             blocks[-1][2] += n_
     return [b[0] / b[1] for b in blocks for _ in range(b[2])]
+
+
+def _trend(xs: list[int], ys: list[float], ws: list[float]) -> dict[int, float]:
+    """The weighted least-squares line through (xs, ys), slope at least 0, at each x."""
+    sw = sum(ws)
+    mx, my = sum(w * x for x, w in zip(xs, ws)) / sw, sum(w * y for y, w in zip(ys, ws)) / sw
+    sxx = sum(w * (x - mx) ** 2 for x, w in zip(xs, ws))
+    slope = max(0.0, sum(w * (x - mx) * (y - my) for x, y, w in zip(xs, ys, ws)) / sxx) if sxx > 0 else 0.0
+    return {x: my + slope * (x - mx) for x in xs}
 
 
 def _interp(table: Mapping[int, float], k: float) -> float:

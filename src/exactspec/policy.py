@@ -197,14 +197,17 @@ class AdaptivePolicy:
         row_stops: in a batch, stop each row on its own P as well (see :meth:`include`), for an engine that
             prices each row's width (ragged verification); the exactness tests use it to make stops
             row-specific. Default False: this engine's forwards serve every row at the longest row's width.
+        weigh_left: in a batch, weigh each row's P by the tokens it has left when deciding whether the batch
+            drafts on (see :meth:`include`); False: every row alike.
     """
 
     wants_confidence = True
 
     def __init__(self, cost_model, max_gamma: int, state: DraftingState | None = None, *,
                  free_draft: bool = False, first_gap: int = 4, max_probe_gap: int = 64, optimism: float = 1.0,
-                 row_stops: bool = False):
-        self.max_gamma, self.free_draft, self.row_stops = max_gamma, free_draft, row_stops
+                 row_stops: bool = False, weigh_left: bool = True):
+        self.max_gamma, self.free_draft, self.row_stops, self.weigh_left = max_gamma, free_draft, row_stops, weigh_left
+        self._w: list | None = None  # per row: its weight in the batch's decision (sums to 1)
         self.optimism = check_real("optimism", optimism, min=0.0)
         self.state = state if state is not None else DraftingState(probe_gap=first_gap)
         self.model = self.state.model
@@ -270,6 +273,9 @@ class AdaptivePolicy:
         # A model drafter stops itself (include / more) below max_gamma; a model-free one (prompt lookup)
         # finds up to max_gamma tokens (1 for a probe) and trim() picks how many the step verifies.
         cap = (1 if self.probing else self.max_gamma) if k else 0
+        # A batch ends with its slowest row, so the rows with the most left weigh most in its decisions
+        w = (left.clamp(min=0) + 1).tolist() if self.weigh_left else [1] * len(left)
+        self._w = [x / sum(w) for x in w] if w else w
         return left.clamp(min=0, max=cap)
 
     def include(self, i: int, confidence: torch.Tensor, caps: torch.Tensor) -> torch.Tensor:
@@ -279,10 +285,12 @@ class AdaptivePolicy:
         A row's position i is priced at what it adds to the step's time. Alone in its step (batch 1) that is
         position i's share of the step, and the row stops when its P no longer pays for it. In a batch, one
         draft forward and one target forward serve every row, padded to the longest: once the batch drafts
-        position i (the mean row's P pays for it), a row's own position i costs nothing more, so every row
+        position i (the batch's P pays for it), a row's own position i costs nothing more, so every row
         whose cap allows it drafts it. Stopping rows below the threshold there threw away expected tokens
         at no saving (batch 4, held-out greedy: 2.7-2.8 tokens per row-step against gamma=4's 3.16, r13).
-        When the mean row no longer pays, the whole batch stops."""
+        When the batch's P no longer pays, the whole batch stops. The batch's P weighs each row's P by the
+        tokens it has left (with `weigh_left`; else their mean): a batch ends with its slowest row, and
+        tokens for a row about to finish do not bring that end nearer."""
         conf = confidence.tolist()
         self.model.see(conf)
         acc = self.model.predict(conf)
@@ -297,13 +305,18 @@ class AdaptivePolicy:
             ok = alive
         else:
             h = self.threshold(i)
-            if sum(p) / len(p) <= h:
+            if self._batch_p(p) <= h:
                 ok = [False] * len(p)
             else:  # batch 1: the row's own P decides; a batch: the position is paid for every row
                 ok = alive if len(p) > 1 and not self.row_stops else [al and pi > h for al, pi in zip(alive, p)]
         self.early_stops += sum(al and not o for al, o in zip(alive, ok))
         self._p, self._alive = p, ok
         return torch.tensor(ok, dtype=torch.bool, device=confidence.device)
+
+    def _batch_p(self, p: list) -> float:
+        """The batch's P: the rows' P weighted by the tokens each has left (their mean when all have as many)."""
+        w = self._w if self._w is not None and len(self._w) == len(p) else [1.0 / len(p)] * len(p)
+        return sum(wi * pi for wi, pi in zip(w, p))
 
     def threshold(self, i: int, paid: bool = True) -> float:
         """The least P for which drafting position i pays; P = P(positions < i accepted) x P(position i
@@ -335,7 +348,7 @@ class AdaptivePolicy:
         that call, so a step whose next position is not worth drafting does not waste a forward on it."""
         if self._p is None or i >= self.max_gamma:
             return False
-        go = any(self._alive) and sum(self._p) / len(self._p) > self.threshold(i + 1, paid=False)
+        go = any(self._alive) and self._batch_p(self._p) > self.threshold(i + 1, paid=False)
         if not go:  # rows still drafting whose cap allowed position i + 1 stop early here
             self.early_stops += sum(al and c > i for al, c in zip(self._alive, self._caps))
         return go
