@@ -1,8 +1,10 @@
-"""What the draft's lean forward buys, end to end: the same generation with the draft run through
-transformers' forward (EXACTSPEC_LEAN_DRAFT=0) and through exactspec.leanforward, against target-alone
-`generate`, interleaved, medians over repeats. Greedy outputs must all equal the target's.
+"""What a lean forward buys, end to end: the same generation with the draft (or, with --part target, the
+target) run through transformers' forward (EXACTSPEC_LEAN_DRAFT=0 / EXACTSPEC_LEAN_TARGET=0) and through
+exactspec.leanforward, against target-alone `generate`, interleaved, medians over repeats. Greedy outputs
+must all equal the target's.
 
-    python benchmarks/bench_lean_draft.py [--pair stdlib|smollm2] [--prompts FILE] [--gammas 2,4,auto]
+    python benchmarks/bench_lean_draft.py [--part draft|target] [--pair stdlib|smollm2] [--prompts FILE]
+        [--gammas 2,4,auto]
 """
 from __future__ import annotations
 
@@ -19,6 +21,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     add_common(ap, repeats=5)
     ap.add_argument("--gammas", default="2,4,auto")
+    ap.add_argument("--part", choices=("draft", "target"), default="draft",
+                    help="which model's forward the two systems differ in")
     args = ap.parse_args()
     setup(args)
     import exactspec as es
@@ -28,6 +32,7 @@ def main() -> None:
     inputs = [tok(p, return_tensors="pt").input_ids for p in prompts_of(args, args.pair, tok)]
     gens: dict = {}  # a generator per system: gamma="auto" learns costs and acceptance per generator
     gammas = [g if g == "auto" else int(g) for g in args.gammas.split(",")]
+    switch = "EXACTSPEC_LEAN_TARGET" if args.part == "target" else "EXACTSPEC_LEAN_DRAFT"
 
     def run(system):
         outs, t0 = [], time.perf_counter()
@@ -37,7 +42,7 @@ def main() -> None:
                                       min_new_tokens=args.max_new_tokens, do_sample=False,
                                       pad_token_id=0, eos_token_id=None)
             else:
-                os.environ["EXACTSPEC_LEAN_DRAFT"] = "1" if system[0] == "lean" else "0"
+                os.environ[switch] = "1" if system[0] == "lean" else "0"
                 gen = gens.setdefault(system, es.SpeculativeGenerator(target, draft))
                 seq = gen.generate(ids, max_new_tokens=args.max_new_tokens, gamma=system[1],
                                    do_sample=False, eos_token_id=[]).sequences
@@ -59,7 +64,7 @@ def main() -> None:
                 raise SystemExit(f"{s}: greedy output differs from target-alone generate")
             times[str(s)].append(dt)
     base = statistics.median(times["target"])
-    result = {"pair": args.pair, "prompts": args.prompts or "held-out", "n_prompts": len(inputs),
+    result = {"part": args.part, "pair": args.pair, "prompts": args.prompts or "held-out", "n_prompts": len(inputs),
               "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "threads": args.threads,
               "median_seconds": {k: statistics.median(v) for k, v in times.items()},
               "speedup_vs_target": {k: base / statistics.median(v) for k, v in times.items()}}

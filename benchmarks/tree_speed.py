@@ -18,6 +18,15 @@ from exactspec import SpeculativeGenerator, load_demo_pair
 from exactspec.demo import demo_prompts
 
 
+def _parse(name: str) -> dict:
+    """chainN -> gamma=N; treeABC -> tree=(A, B, C) (one digit per depth); dynN -> tree=N."""
+    for prefix, make in (("chain", lambda x: dict(gamma=int(x))), ("tree", lambda x: dict(tree=tuple(map(int, x)))),
+                         ("dyn", lambda x: dict(tree=int(x)))):
+        if name.startswith(prefix) and name[len(prefix):].isdigit():
+            return make(name[len(prefix):])
+    raise SystemExit(f"--systems: unknown system {name!r}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--temperature", type=float, default=0.0)
@@ -34,21 +43,28 @@ def main():
     encoded = [tok(p, return_tensors="pt")["input_ids"] for p in prompts]
     gen = SpeculativeGenerator(target, draft)
     allsys = {"chain4": dict(gamma=4), "chainauto": dict(gamma="auto"), "tree3211": dict(tree=(3, 2, 1, 1)),
+              "chain2": dict(gamma=2), "chain3": dict(gamma=3), "treechain2": dict(tree=(1, 1)),
+              "treechain4": dict(tree=(1, 1, 1, 1)), "tree21": dict(tree=(2, 1)), "tree211": dict(tree=(2, 1, 1)),
+              "tree22": dict(tree=(2, 2)), "tree31": dict(tree=(3, 1)), "tree221": dict(tree=(2, 2, 1)),
               "tree2111": dict(tree=(2, 1, 1, 1)), "dyn8": dict(tree=8), "dyn12": dict(tree=12), "auto": dict(tree="auto")}
-    systems = {k: allsys[k] for k in args.systems.split(",")}
+    systems = {k: allsys.get(k) or _parse(k) for k in args.systems.split(",")}
     sample = args.temperature > 0
     kw = dict(max_new_tokens=args.new, do_sample=sample, temperature=args.temperature or 1.0, eos_token_id=[])
     for name, extra in systems.items():  # warm-up (and auto's cost model measurement), untimed
         gen.generate(encoded[0], **kw, **extra, seed=0)
-    res = {k: {"tps": [], "tpc": []} for k in systems}
+    res = {k: {"tps": [], "tpc": [], "ms": []} for k in systems}
     for rep in range(args.repeats):
         for name, extra in systems.items():
             toks = calls = 0
+            parts = [0.0, 0.0, 0.0]
             t0 = time.perf_counter()
             for i, ids in enumerate(encoded):
                 out = gen.generate(ids, **kw, **extra, seed=1000 * rep + i)
                 toks += out.stats.new_tokens
                 calls += out.stats.target_calls
+                st = out.stats
+                parts = [parts[0] + st.draft_time, parts[1] + st.target_time, parts[2] + st.verify_time]
+            res[name]["ms"].append([1000 * x / calls for x in parts])
             res[name]["tps"].append(toks / (time.perf_counter() - t0))
             res[name]["tpc"].append(toks / calls)
     base = statistics.median(res["chain4"]["tps"]) if "chain4" in res else None
@@ -57,7 +73,10 @@ def main():
         tps, tpc = statistics.median(r["tps"]), statistics.median(r["tpc"])
         rows[name] = dict(tokens_per_s=round(tps, 1), tokens_per_target_call=round(tpc, 3),
                           vs_chain4=round(tps / base, 3) if base else None)
-        print(f"{name:10s} tok/s {tps:7.1f}  tok/call {tpc:5.2f}  vs chain4 {tps / base if base else 0:5.3f}")
+        ms = [statistics.median(m[j] for m in r["ms"]) for j in range(3)]
+        rows[name]["ms_per_call"] = [round(x, 2) for x in ms]
+        print(f"{name:10s} tok/s {tps:7.1f}  tok/call {tpc:5.2f}  vs chain4 {tps / base if base else 0:5.3f}"
+              f"  ms/call draft {ms[0]:.2f} target {ms[1]:.2f} verify {ms[2]:.2f}")
     print(json.dumps({"temperature": args.temperature, "results": rows}))
 
 

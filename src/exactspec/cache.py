@@ -109,7 +109,7 @@ class SlotCache:
             self.cache.layers = [GrowingLayer() if type(layer) is DynamicLayer else layer for layer in self.cache.layers]
         self.device = model.device
         self.mask: torch.Tensor | None = None
-        self.lean = None  # exactspec.leanforward.LeanForward for a draft (see use_lean)
+        self.lean = None  # exactspec.leanforward.LeanForward (see use_lean)
         # Ids the model cannot embed (a target whose lm-head is padded larger than the draft's) are fed
         # as 0: that only changes what the draft conditions on, never the exactness of the output.
         self.n_embed = model.get_input_embeddings().num_embeddings
@@ -117,12 +117,13 @@ class SlotCache:
         # model's final hidden state, the output of its final norm, `[B, S, H]`, in `hidden`.
         self.record_hidden, self.hidden = False, None
 
-    def use_lean(self, rows: int = 1) -> None:
-        """Run this (draft) model through :mod:`exactspec.leanforward` when it knows the model's layout;
-        `rows`: the batch it drafts for (which may set the dtype it computes in)."""
+    def use_lean(self, rows: int = 1, target: bool = False) -> None:
+        """Run this model through :mod:`exactspec.leanforward` when it knows the model's layout; `rows`: the
+        batch a draft drafts for (which may set the dtype it computes in); `target`: the target's forward
+        (transformers' own ops without its per-call module overhead: logits equal to its forward)."""
         from exactspec.leanforward import lean_forward_for
 
-        self.lean = lean_forward_for(self.model, self.window, rows)
+        self.lean = lean_forward_for(self.model, self.window, rows, target=target)
 
     @property
     def n_real(self) -> torch.Tensor | None:
@@ -144,13 +145,13 @@ class SlotCache:
         s = tokens.shape[1]
         pos, mask = self._slots(valid)
         tokens = torch.where(tokens < self.n_embed, tokens, torch.zeros_like(tokens)).to(self.device)
-        if self.lean is not None:  # every slot real: a plain causal step, no mask to build
-            logits = self.lean.run(tokens, pos, None if bool(mask.all()) else _allowed(mask, s)[:, None],
-                                   self.cache, logits_to_keep)
-        else:
-            norm = self.model.model.norm if self.record_hidden else None  # (a Llama-like layout: see featuredraft)
-            hook = norm.register_forward_hook(self._keep_hidden) if norm is not None else None
-            try:
+        norm = self.model.model.norm if self.record_hidden else None  # (a Llama-like layout: see featuredraft)
+        hook = norm.register_forward_hook(self._keep_hidden) if norm is not None else None
+        try:
+            if self.lean is not None:  # every slot real: a plain causal step, no mask to build
+                logits = self.lean.run(tokens, pos, None if bool(mask.all()) else _allowed(mask, s)[:, None],
+                                       self.cache, logits_to_keep)
+            else:
                 out = self.model(
                     input_ids=tokens,
                     attention_mask=self._attention_mask(mask, s) if self.window is None else self._window_masks(mask, s),
@@ -159,11 +160,11 @@ class SlotCache:
                     use_cache=True,
                     logits_to_keep=logits_to_keep,
                 )
-            finally:
-                if hook is not None:
-                    hook.remove()
-            self.cache = out.cache if getattr(out, "cache", None) is not None else self.cache
-            logits = out.logits
+                self.cache = out.cache if getattr(out, "cache", None) is not None else self.cache
+                logits = out.logits
+        finally:
+            if hook is not None:
+                hook.remove()
         self.mask = mask
         return logits
 
@@ -302,8 +303,14 @@ class SlotCache:
                 continue
             k, v = layer.keys, layer.values  # [B, H, L, Dh]
             gi = idx[:, None, :, None].expand(k.shape[0], k.shape[1], idx.shape[1], k.shape[3])
-            layer.keys = torch.cat([k[:, :, :start], k[:, :, start:].gather(2, gi)], 2)
-            layer.values = torch.cat([v[:, :, :start], v[:, :, start:].gather(2, gi)], 2)
+            tail_k, tail_v = k[:, :, start:].gather(2, gi), v[:, :, start:].gather(2, gi)  # [B, H, W, Dh] copies
+            if isinstance(layer, GrowingLayer) and layer._current():  # write in place: the buffers stay current
+                layer._kbuf.narrow(2, start, w).copy_(tail_k)
+                layer._vbuf.narrow(2, start, w).copy_(tail_v)
+                layer._set(start + w)
+            else:
+                layer.keys = torch.cat([k[:, :, :start], tail_k], 2)
+                layer.values = torch.cat([v[:, :, :start], tail_v], 2)
         self.mask = torch.cat([self.mask[:, :start], keep.to(self.device).long()], 1)
 
     def select_rows(self, rows: torch.Tensor) -> None:

@@ -412,12 +412,11 @@ class CostModel:
         n_new = max(ks)
         ids = torch.randint(0, vocab, (batch_size, prompt_len + n_new), generator=generator)
 
-        def prefill(model, lean: bool):
-            # Through the engine's own slot cache: its growing cache layers, and for the draft its lean
-            # forward where the engine would run it (exactspec.leanforward), so t_draft is the step it takes.
+        def prefill(model, target: bool):
+            # Through the engine's own slot cache: its growing cache layers and its lean forwards where the
+            # engine would run them (exactspec.leanforward), so t_draft and T_target(k) are the steps it takes.
             sc = SlotCache(model)
-            if lean:
-                sc.use_lean(batch_size)
+            sc.use_lean(batch_size, target=target)
             sc.forward(ids[:, :prompt_len], torch.ones(batch_size, prompt_len, dtype=torch.bool), logits_to_keep=1)
             return sc
 
@@ -435,7 +434,7 @@ class CostModel:
         # machine lands on all of them alike instead of inflating a few neighbouring k (a table that is
         # not monotone in k is mostly that).
         with torch.inference_mode():
-            d_state, t_state = prefill(draft_model, True), prefill(target_model, False)
+            d_state, t_state = prefill(draft_model, False), prefill(target_model, True)
             times: dict = {"draft": [], **{k: [] for k in ks}}
             for i in range(warmup + repeats):
                 once(d_state, 1, 1)  # t_draft is a warm draft step: its cold first call is

@@ -68,6 +68,7 @@ def prefill(model, drafter, ids: torch.Tensor, mask: torch.Tensor):
     """Both caches take the prompt `[B, P]` minus its last token, which stays pending (the first
     verification feeds it, so every target call produces >= 1 token). Returns `(SlotCache, pending [B])`."""
     target = SlotCache(model)
+    target.use_lean(ids.shape[0], target=True)  # transformers' ops without its per-call overhead (leanforward)
     if getattr(drafter, "wants_target_features", False):  # a feature draft reads the target's hidden states
         drafter.watch(target)
     if ids.shape[1] > 1:

@@ -1,21 +1,29 @@
-"""A lean forward pass for Llama-family draft models: the same weights, a fraction of the per-call cost.
+"""A lean forward pass for Llama-family models: the same weights, a fraction of the per-call cost.
 
 Why: a draft of 2 narrow layers spends most of a decoding step in Python and mask building, not in
 arithmetic. Measured here on the demo draft (2 layers, width 256, 4,096-token vocabulary), one token with
 a few hundred cached: transformers' forward 1.25 ms, this one about 0.75 ms; the matrix products are
 about 0.25 ms of either. The draft runs K times per step, so that overhead decides whether drafting pays.
+The target pays the same toll once per step: the demo target (6 layers, width 512) took 4.58 ms through
+transformers' forward for one token and 3.40 ms here, 6.16 and 5.13 ms for five (2026-12-03).
 
-Exactness does not depend on it. Verification corrects any draft distribution q as long as q is the
-distribution the tokens were drawn from, and the drafter samples from the logits this forward returns.
-It agrees with transformers' forward to float rounding (tests compare the two), so acceptance is the same.
+Two forms. A draft's (``fuse=True``) multiplies q, k, v together and gate, up together (copied weights) and
+runs its own attention call; it agrees with transformers' forward to float rounding (tests compare the
+two), and exactness does not depend on it: verification corrects any draft distribution q as long as q is
+the distribution the tokens were drawn from, and the drafter samples from the logits this forward returns.
+The target's (``use_lean(target=True)``, ``fuse=False``) is transformers' decoder layer op for op: each
+projection through its module's own weight (nothing copied: a target may be large), transformers' own sdpa
+attention function (its grouped-query, mask and causal choices), its norm and head modules. Its logits
+equal transformers' forward bit for bit (tests assert ``torch.equal`` through padding, holes, chain widths
+and tree masks, fp32 and fp64), so p and greedy decoding are those of the model as transformers runs it;
+only the module calls, hooks and per-call mask building are skipped. sdpa models only (an eager model's
+target keeps transformers' forward); ``EXACTSPEC_LEAN_TARGET=0`` turns it off.
 
-What it does not do: it is used for drafts only, never for the target (the target's own forward defines
-p; a different rounding could flip a greedy near-tie against `target.generate`), and only for models it
-knows exactly: `LlamaForCausalLM` and `Qwen2ForCausalLM` without sliding windows, SiLU MLPs, no tensor
-parallel split, plain `nn.Linear` projections on one device (not quantised, no adapters, no accelerate
-hooks). Everything else (and ``EXACTSPEC_LEAN_DRAFT=0``) takes transformers' forward.
-Its fused q/k/v and gate/up weights are copied once per generation run, so a draft trained or edited
-between runs is seen as it is.
+Both are used only for models they know exactly: `LlamaForCausalLM` and `Qwen2ForCausalLM` without sliding
+windows, SiLU MLPs, no tensor parallel split, plain `nn.Linear` projections on one device (not quantised,
+no adapters, no accelerate hooks). Everything else (and ``EXACTSPEC_LEAN_DRAFT=0`` for drafts) takes
+transformers' forward. A draft's fused q/k/v and gate/up weights are copied once per generation run, so a
+draft trained or edited between runs is seen as it is.
 
 A half-precision draft on a CPU computes in fp32 when a run drafts for more than one row. One row's draft
 call is a matrix-vector product per weight, a read of the weights, which half precision halves; at several
@@ -31,6 +39,7 @@ import os
 
 import torch
 import torch.nn.functional as F
+from transformers.integrations.sdpa_attention import sdpa_attention_forward as _sdpa
 
 __all__ = ["LeanForward", "lean_forward_for"]
 
@@ -38,13 +47,17 @@ _KNOWN = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2"}
 _GQA = tuple(int(x) for x in torch.__version__.split(".")[:2]) >= (2, 5)  # sdpa's enable_gqa
 
 
-def lean_forward_for(model, window, rows: int = 1) -> "LeanForward | None":
+def lean_forward_for(model, window, rows: int = 1, target: bool = False) -> "LeanForward | None":
     """The lean forward of `model`, or None when it must run through transformers (see the module doc).
     `window` is the slot cache's sliding window (None without); `rows` the batch the run drafts for (a
-    half-precision draft on a CPU then computes in fp32, see the module doc)."""
-    if os.environ.get("EXACTSPEC_LEAN_DRAFT", "1") == "0" or window is not None:
+    half-precision draft on a CPU then computes in fp32, see the module doc); `target`: the target's forward
+    (transformers' own projections and attention function, no copied weights; sdpa models only)."""
+    switch = "EXACTSPEC_LEAN_TARGET" if target else "EXACTSPEC_LEAN_DRAFT"
+    if os.environ.get(switch, "1") == "0" or window is not None:
         return None
     cfg = model.config
+    if target and getattr(cfg, "_attn_implementation", None) != "sdpa":
+        return None
     if _KNOWN.get(type(model).__name__) != getattr(cfg, "model_type", None):
         return None
     if getattr(cfg, "hidden_act", None) != "silu" or getattr(cfg, "pretraining_tp", 1) != 1 \
@@ -64,6 +77,8 @@ def lean_forward_for(model, window, rows: int = 1) -> "LeanForward | None":
     if len({(p.device, p.dtype) for p in params}) != 1 or params[0].device.type == "meta" \
             or not params[0].dtype.is_floating_point:
         return None
+    if target:
+        return LeanForward(model, fuse=False)
     upcast = rows > 1 and os.environ.get("EXACTSPEC_DRAFT_UPCAST", "1") != "0" \
         and params[0].device.type == "cpu" and params[0].dtype in (torch.float16, torch.bfloat16) \
         and type(model.lm_head) is torch.nn.Linear  # (a head of its own, e.g. a token subset, keeps its dtype)
@@ -79,8 +94,9 @@ class LeanForward:
     `dtype` (the dtype to compute in) differs from the model's: then those are copied in `dtype` too, and
     logits come out in `dtype`."""
 
-    def __init__(self, model, dtype: torch.dtype | None = None):
+    def __init__(self, model, dtype: torch.dtype | None = None, fuse: bool = True):
         self.model = model
+        self.fuse = fuse or dtype is not None
         own = next(model.parameters()).dtype
         self.dtype = None if dtype in (None, own) else dtype
         cfg = model.config
@@ -88,7 +104,8 @@ class LeanForward:
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.scale = self.head_dim ** -0.5
         with torch.inference_mode(False), torch.no_grad():  # ordinary tensors whatever mode the caller runs in
-            self.layers = [_Layer(layer, self.dtype) for layer in model.model.layers[: cfg.num_hidden_layers]]
+            self.layers = [_Layer(layer, self.dtype) if self.fuse else layer
+                           for layer in model.model.layers[: cfg.num_hidden_layers]]
             norm, head = model.model.norm, model.lm_head
             self.norm, self.norm_eps = (norm.weight if self.dtype is None else norm.weight.to(self.dtype)), _eps(norm)
             self.head = None if self.dtype is None else (head.weight.to(self.dtype),
@@ -100,10 +117,11 @@ class LeanForward:
         every cached slot and every earlier new one: a causal step over real slots only); appends S slots
         to the `DynamicCache` `cache`. Returns logits `[B, S or logits_to_keep, V]`."""
         h = self.layers_out(self.model.model.embed_tokens(tokens), pos, attend, cache)  # [B, S, D]
+        if self.head is None:  # the norm module over every slot, as transformers runs it (a hook sees them all)
+            h = self.model.model.norm(h)
+            return self.model.lm_head(h[:, -logits_to_keep:] if logits_to_keep else h)
         if logits_to_keep:
             h = h[:, -logits_to_keep:]
-        if self.head is None:
-            return self.model.lm_head(self.model.model.norm(h))
         return F.linear(_rms(h, self.norm, self.norm_eps), *self.head)
 
     def layers_out(self, h: torch.Tensor, pos: torch.Tensor, attend: torch.Tensor | None, cache) -> torch.Tensor:
@@ -127,6 +145,8 @@ class LeanForward:
         gqa = self.kv_heads != self.heads
         native = gqa and _GQA and (attend is None or h.device.type == "cpu")
         extra = {"enable_gqa": True} if native else {}
+        if not self.fuse:
+            return self._unfused(h, cos, sin, attend, causal, cache)
         for i, w in enumerate(self.layers):
             qkv = F.linear(_rms(h, w.norm1, w.eps1), w.qkv, w.qkv_bias)  # [B, S, (H + 2 KV) Dh]
             qk = _rope(qkv[..., : nq + nkv].view(b, s, -1, self.head_dim).transpose(1, 2), cos, sin)
@@ -141,6 +161,29 @@ class LeanForward:
             h = h + F.linear(o.transpose(1, 2).reshape(b, s, nq), w.o.weight, w.o.bias)
             gate, up = F.linear(_rms(h, w.norm2, w.eps2), w.gate_up).chunk(2, -1)
             h = h + F.linear(F.silu(gate) * up, w.down.weight)
+        return h
+
+
+    def _unfused(self, h, cos, sin, attend, causal, cache) -> torch.Tensor:
+        """The layers as transformers' Llama/Qwen2 decoder layers compute them, op for op: each projection
+        through its own module's weight, transformers' own sdpa attention function (its GQA handling, mask
+        and causal choices), so the logits equal transformers' forward bit for bit; only the module calls,
+        hooks and per-call mask building are skipped. No weight is copied (a target may be large)."""
+        b, s = h.shape[:2]
+        mask = None if attend is None else attend
+        for i, layer in enumerate(self.layers):
+            a, mlp = layer.self_attn, layer.mlp
+            x = _rms(h, layer.input_layernorm.weight, _eps(layer.input_layernorm))
+            q = F.linear(x, a.q_proj.weight, a.q_proj.bias).view(b, s, -1, self.head_dim).transpose(1, 2)
+            k = F.linear(x, a.k_proj.weight, a.k_proj.bias).view(b, s, -1, self.head_dim).transpose(1, 2)
+            v = F.linear(x, a.v_proj.weight, a.v_proj.bias).view(b, s, -1, self.head_dim).transpose(1, 2)
+            q, k = _rope(q, cos, sin), _rope(k, cos, sin)  # [B, H, S, Dh], [B, KV, S, Dh]
+            keys, values = cache.layers[i].update(k, v)  # [B, KV, L+S, Dh]
+            o, _ = _sdpa(a, q, keys, values, mask, dropout=0.0, scaling=a.scaling, is_causal=causal or None)
+            h = h + F.linear(o.reshape(b, s, -1), a.o_proj.weight, a.o_proj.bias)
+            x = _rms(h, layer.post_attention_layernorm.weight, _eps(layer.post_attention_layernorm))
+            h = h + F.linear(F.silu(F.linear(x, mlp.gate_proj.weight)) * F.linear(x, mlp.up_proj.weight),
+                             mlp.down_proj.weight)
         return h
 
 
