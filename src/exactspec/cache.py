@@ -40,9 +40,9 @@ class GrowingLayer(DynamicLayer):
     `DynamicLayer.update` copies the whole cache on every append (`torch.cat`), O(L) per step: 20-50 µs per
     layer at 100-400 cached tokens on a 2-core CPU, against about 12 µs here. Here `keys`/`values` are prefix
     views of buffers with room to grow (a quarter more when full), so an append writes only the S new
-    slots, and a crop (rollback) only shortens the views. Any other rewrite of `keys`/`values`
-    (`keep_tail`, `compact`, `batch_select_indices`) leaves tensors that are not the views handed out; the
-    next append copies them into fresh buffers once.
+    slots, and a crop (rollback) only shortens the views. `SlotCache.keep_tail` writes a tree's accepted path
+    back into the buffers; any other rewrite of `keys`/`values` (`compact`, `batch_select_indices`) leaves
+    tensors that are not the views handed out, and the next append copies them into fresh buffers once.
     """
 
     _view = None  # (keys, values) exactly as last handed out

@@ -104,7 +104,7 @@ class LeanForward:
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.scale = self.head_dim ** -0.5
         with torch.inference_mode(False), torch.no_grad():  # ordinary tensors whatever mode the caller runs in
-            self.layers = [_Layer(layer, self.dtype) if self.fuse else layer
+            self.layers = [_Layer(layer, self.dtype) if self.fuse else _Refs(layer)
                            for layer in model.model.layers[: cfg.num_hidden_layers]]
             norm, head = model.model.norm, model.lm_head
             self.norm, self.norm_eps = (norm.weight if self.dtype is None else norm.weight.to(self.dtype)), _eps(norm)
@@ -163,28 +163,40 @@ class LeanForward:
             h = h + F.linear(F.silu(gate) * up, w.down.weight)
         return h
 
-
     def _unfused(self, h, cos, sin, attend, causal, cache) -> torch.Tensor:
         """The layers as transformers' Llama/Qwen2 decoder layers compute them, op for op: each projection
         through its own module's weight, transformers' own sdpa attention function (its GQA handling, mask
         and causal choices), so the logits equal transformers' forward bit for bit; only the module calls,
         hooks and per-call mask building are skipped. No weight is copied (a target may be large)."""
         b, s = h.shape[:2]
-        mask = None if attend is None else attend
-        for i, layer in enumerate(self.layers):
-            a, mlp = layer.self_attn, layer.mlp
-            x = _rms(h, layer.input_layernorm.weight, _eps(layer.input_layernorm))
-            q = F.linear(x, a.q_proj.weight, a.q_proj.bias).view(b, s, -1, self.head_dim).transpose(1, 2)
-            k = F.linear(x, a.k_proj.weight, a.k_proj.bias).view(b, s, -1, self.head_dim).transpose(1, 2)
-            v = F.linear(x, a.v_proj.weight, a.v_proj.bias).view(b, s, -1, self.head_dim).transpose(1, 2)
+        for i, w in enumerate(self.layers):
+            x = _rms(h, w.norm1, w.eps1)
+            q = F.linear(x, w.q, w.q_bias).view(b, s, -1, self.head_dim).transpose(1, 2)
+            k = F.linear(x, w.k, w.k_bias).view(b, s, -1, self.head_dim).transpose(1, 2)
+            v = F.linear(x, w.v, w.v_bias).view(b, s, -1, self.head_dim).transpose(1, 2)
             q, k = _rope(q, cos, sin), _rope(k, cos, sin)  # [B, H, S, Dh], [B, KV, S, Dh]
             keys, values = cache.layers[i].update(k, v)  # [B, KV, L+S, Dh]
-            o, _ = _sdpa(a, q, keys, values, mask, dropout=0.0, scaling=a.scaling, is_causal=causal or None)
-            h = h + F.linear(o.reshape(b, s, -1), a.o_proj.weight, a.o_proj.bias)
-            x = _rms(h, layer.post_attention_layernorm.weight, _eps(layer.post_attention_layernorm))
-            h = h + F.linear(F.silu(F.linear(x, mlp.gate_proj.weight)) * F.linear(x, mlp.up_proj.weight),
-                             mlp.down_proj.weight)
+            o, _ = _sdpa(w.attn, q, keys, values, attend, dropout=0.0, scaling=w.scaling, is_causal=causal or None)
+            h = h + F.linear(o.reshape(b, s, -1), w.o, w.o_bias)
+            x = _rms(h, w.norm2, w.eps2)
+            h = h + F.linear(F.silu(F.linear(x, w.gate)) * F.linear(x, w.up), w.down)
         return h
+
+
+class _Refs:
+    """One decoder layer's own weights and attention module as the target's lean forward reads them: the
+    tensors themselves (no copies), looked up once per run instead of through module attributes per call."""
+
+    def __init__(self, layer):
+        a, mlp = layer.self_attn, layer.mlp
+        self.attn, self.scaling = a, a.scaling
+        self.q, self.q_bias = a.q_proj.weight, a.q_proj.bias
+        self.k, self.k_bias = a.k_proj.weight, a.k_proj.bias
+        self.v, self.v_bias = a.v_proj.weight, a.v_proj.bias
+        self.o, self.o_bias = a.o_proj.weight, a.o_proj.bias
+        self.gate, self.up, self.down = mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight
+        self.norm1, self.eps1 = layer.input_layernorm.weight, _eps(layer.input_layernorm)
+        self.norm2, self.eps2 = layer.post_attention_layernorm.weight, _eps(layer.post_attention_layernorm)
 
 
 class _Layer:
