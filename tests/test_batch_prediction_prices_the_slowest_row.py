@@ -99,8 +99,13 @@ def test_a_real_ragged_batch_is_priced_call_by_call_and_its_calibration_run_is_p
     target, draft = tiny_llama(64, 2, 0), tiny_llama(32, 1, 1)
     ids = torch.randint(0, 128, (3, 6), generator=torch.Generator().manual_seed(0))
     n = 24
-    st = SpeculativeGenerator(target, draft).generate(ids, max_new_tokens=n, gamma=gamma, do_sample=True,
-                                                     eos_token_id=[], seed=0).stats
+    # gamma="auto" priced so that drafting pays (decisions then do not hang on how fast this machine runs
+    # the tiny models): its steps draft several tokens, as the exact pricing below needs; a run of probes
+    # between plain steps keeps the bare draft price by design (CostModel.calibrate's catch-up rule)
+    cheap = CostModel(t_draft=1e-5, target_times={1: 0.010, 9: 0.0101})
+    st = SpeculativeGenerator(target, draft, cost_model=cheap).generate(
+        ids, max_new_tokens=n, gamma=gamma, do_sample=True, eos_token_id=[], seed=0).stats
+    assert st.draft_calls > st.draft_steps
     assert st.target_calls >= max(len([r for rows in st.step_rows for r in rows if r[0] == b]) for b in range(3))
     cm = CostModel(t_draft=0.002, target_times={1: 0.010, 4: 0.013, 9: 0.018}, t_overhead=0.001,
                    t_draft_cold=0.0005)
