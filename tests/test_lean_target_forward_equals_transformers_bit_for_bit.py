@@ -81,10 +81,23 @@ def test_the_target_forward_copies_no_weight_and_falls_back_where_it_must(monkey
 
 
 def _runs(target, draft, ids, mask, monkeypatch, **kw):
+    """The same run with the target's lean forward on, then off; the lean target must have run (and only)
+    when on."""
+    import exactspec.leanforward as lf
+
+    calls, unfused = [0], lf.LeanForward._unfused
+
+    def counted(self, *a, **k):
+        calls[0] += 1
+        return unfused(self, *a, **k)
+
+    monkeypatch.setattr(lf.LeanForward, "_unfused", counted)
     outs = []
     for switch in ("1", "0"):
         monkeypatch.setenv("EXACTSPEC_LEAN_TARGET", switch)
+        before = calls[0]
         outs.append(SpeculativeGenerator(target, draft).generate(ids, mask, max_new_tokens=12, **kw))
+        assert (calls[0] > before) == (switch == "1")
     return outs
 
 

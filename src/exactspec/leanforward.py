@@ -88,11 +88,12 @@ def lean_forward_for(model, window, rows: int = 1, target: bool = False) -> "Lea
 class LeanForward:
     """`run(tokens, pos, attend, cache, logits_to_keep)` for one Llama-family causal LM.
 
-    Per layer it multiplies once for q, k and v together and once for gate and up together. The fused
-    weights are copies made when the LeanForward is made (once per generation run: a draft trained or
-    edited between runs is seen as it is); every other weight is read from its module at call time, unless
-    `dtype` (the dtype to compute in) differs from the model's: then those are copied in `dtype` too, and
-    logits come out in `dtype`."""
+    `fuse=True` (a draft's): per layer it multiplies once for q, k and v together and once for gate and up
+    together. The fused weights are copies made when the LeanForward is made (once per generation run: a
+    draft trained or edited between runs is seen as it is); every other weight is read from its module at
+    call time, unless `dtype` (the dtype to compute in) differs from the model's: then those are copied in
+    `dtype` too, and logits come out in `dtype`. `fuse=False` (the target's): transformers' own ops on the
+    layers' own tensors, looked up once per run (:meth:`_unfused`), logits equal to transformers' forward."""
 
     def __init__(self, model, dtype: torch.dtype | None = None, fuse: bool = True):
         self.model = model
