@@ -11,3 +11,4 @@ $B --temperature 0.7 --top-p 0.9 --out $R/heldout_t07 > $R/heldout_t07.out 2>&1
 date > $R/done.txt
 # added after the first four (same session, same code): the unseen set at T = 0.7
 $B --prompts benchmarks/prompts/unseen_chat.json --temperature 0.7 --top-p 0.9 --out $R/unseen_t07 > $R/unseen_t07.out 2>&1
+$B --prompts benchmarks/prompts/unseen_chat2.json --out $R/unseen2_greedy > $R/unseen2_greedy.out 2>&1
