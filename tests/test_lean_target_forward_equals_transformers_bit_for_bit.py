@@ -3,7 +3,7 @@ bit for bit, so the engine's target is the same function it was through transfor
 
 The target's p defines what the engine samples and what greedy decoding picks, so here equality is exact
 (``torch.equal``), not to a tolerance: through left padding, holes left by rollbacks, chain steps of several
-widths, token trees' 4-D masks, fp32 and fp64, Llama (grouped-query attention), Qwen2 (q/k/v biases) and a
+widths, token trees' 4-D masks, fp32, fp64 and bf16, Llama (grouped-query attention), Qwen2 (q/k/v biases) and a
 Llama with attention_bias and its own head_dim. Whole runs then match token for token with the lean forward
 on and off (``EXACTSPEC_LEAN_TARGET=0``), sampled ones under a seed included. Models it does not know, eager
 attention and the switch take transformers' forward; no weight of the target is copied.
@@ -26,7 +26,7 @@ def _model(arch: str, dtype):
     return _random_biases(model.to(dtype))
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "biased llama"])
 @torch.inference_mode()
 def test_target_logits_equal_transformers_through_padding_holes_widths_and_trees(arch, dtype):

@@ -15,7 +15,7 @@ The target's (``use_lean(target=True)``, ``fuse=False``) is transformers' decode
 projection through its module's own weight (nothing copied: a target may be large), transformers' own sdpa
 attention function (its grouped-query, mask and causal choices), its norm and head modules. Its logits
 equal transformers' forward bit for bit (tests assert ``torch.equal`` through padding, holes, chain widths
-and tree masks, fp32 and fp64), so p and greedy decoding are those of the model as transformers runs it;
+and tree masks, fp32, fp64 and bf16), so p and greedy decoding are those of the model as transformers runs it;
 only the module calls, hooks and per-call mask building are skipped. sdpa models only (an eager model's
 target keeps transformers' forward); ``EXACTSPEC_LEAN_TARGET=0`` turns it off.
 
