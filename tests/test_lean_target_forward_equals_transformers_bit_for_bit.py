@@ -75,6 +75,11 @@ def test_the_target_forward_copies_no_weight_and_falls_back_where_it_must(monkey
     assert lean_forward_for(tiny_lm("llama", seed=1, attn="eager"), None, target=True) is None
     assert lean_forward_for(tiny_lm("gpt2", seed=1, attn="sdpa"), None, target=True) is None
     assert lean_forward_for(llama, 16, target=True) is None  # sliding windows
+    from accelerate.hooks import ModelHook, add_hook_to_module
+
+    hooked = tiny_lm("llama", seed=1, attn="sdpa")
+    add_hook_to_module(hooked.model.layers[1].mlp, ModelHook())  # as accelerate's device maps and offloading do
+    assert lean_forward_for(hooked, None, target=True) is None and lean_forward_for(hooked, None) is None
     monkeypatch.setenv("EXACTSPEC_LEAN_TARGET", "0")
     assert lean_forward_for(llama, None, target=True) is None
     assert lean_forward_for(llama, None) is not None  # the draft's switch is its own
