@@ -99,9 +99,9 @@ class LeanForward:
 
     def __init__(self, model, dtype: torch.dtype | None = None, fuse: bool = True):
         self.model = model
-        self.fuse = fuse or dtype is not None
         own = next(model.parameters()).dtype
         self.dtype = None if dtype in (None, own) else dtype
+        self.fuse = fuse or self.dtype is not None  # (computing in another dtype needs the cast copies)
         cfg = model.config
         self.heads, self.kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
@@ -142,14 +142,14 @@ class LeanForward:
                 causal = True
             else:  # causal among the new slots, every cached slot visible
                 attend = torch.ones(s, n + s, dtype=torch.bool, device=h.device).tril(n)[None, None]
+        if not self.fuse:  # the target's form: transformers' own attention function makes the GQA choice
+            return self._unfused(h, cos, sin, attend, causal, cache)
         nq, nkv = self.heads * self.head_dim, self.kv_heads * self.head_dim
         # Grouped-query attention in sdpa itself, except with a mask on an accelerator, where only the slow
         # math kernel takes that combination: there the KV heads are repeated instead.
         gqa = self.kv_heads != self.heads
         native = gqa and _GQA and (attend is None or h.device.type == "cpu")
         extra = {"enable_gqa": True} if native else {}
-        if not self.fuse:
-            return self._unfused(h, cos, sin, attend, causal, cache)
         for i, w in enumerate(self.layers):
             qkv = F.linear(_rms(h, w.norm1, w.eps1), w.qkv, w.qkv_bias)  # [B, S, (H + 2 KV) Dh]
             qk = _rope(qkv[..., : nq + nkv].view(b, s, -1, self.head_dim).transpose(1, 2), cos, sin)
