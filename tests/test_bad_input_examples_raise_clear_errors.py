@@ -70,6 +70,15 @@ def test_generate_accepts_the_edges_of_the_valid_range(gen):
     assert out.sequences.shape == (1, 6)
 
 
+def test_generate_takes_a_numpy_bool_as_its_bool(gen):
+    import numpy as np
+
+    for flag in (False, True):
+        kw = dict(max_new_tokens=4, seed=3, eos_token_id=[], gamma=2)  # a fixed gamma: the same draws
+        assert torch.equal(gen.generate(IDS, do_sample=np.bool_(flag), **kw).sequences,
+                           gen.generate(IDS, do_sample=flag, **kw).sequences)
+
+
 @pytest.mark.parametrize("kwargs,name", [
     (dict(cost_model=5), "cost_model"), (dict(calibrate="no"), "calibrate"), (dict(max_gamma=2.5), "max_gamma"),
 ])

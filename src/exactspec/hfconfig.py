@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from transformers import GenerationConfig, GenerationMixin, PretrainedConfig
 from transformers.generation import logits_process as lp
 
+from exactspec.checks import check_bool
 from exactspec.sampling import sample_from_probs
 
 __all__ = ["SamplingConfig", "SamplingSpec", "Prefixes"]
@@ -120,8 +121,7 @@ class SamplingConfig:
     extra: tuple = field(default=(), repr=False)
 
     def __post_init__(self):
-        if not isinstance(self.do_sample, bool):
-            raise ValueError(f"do_sample must be True or False, got {self.do_sample!r}")
+        object.__setattr__(self, "do_sample", check_bool("do_sample", self.do_sample))  # numpy bools too
         _number("temperature", self.temperature, 0.0, math.inf)
         _count("top_k", self.top_k)
         _number("top_p", self.top_p, 0.0, 1.0)
