@@ -49,7 +49,7 @@ def test_pair_loads_offline_with_a_small_shipped_draft(monkeypatch):
     assert 0 < report["held_out"]["greedy_answers"]["alpha"] <= 1
     prompts = pair_prompts("smollm2")
     assert len(prompts) >= 12 and all(isinstance(p, str) and p for p in prompts)
-    for name in ("unseen_chat.json", "unseen_chat2.json"):
+    for name in ("unseen_chat.json", "unseen_chat2.json", "unseen_chat3.json"):
         unseen = json.loads((ROOT / "benchmarks" / "prompts" / name).read_text())["prompts"]
         assert len(unseen) >= 12 and not set(unseen) & set(prompts), name
 
@@ -65,7 +65,7 @@ def test_no_unseen_chat_prompt_is_a_training_prompt():
     finally:
         sys.path.remove(str(ROOT / "training"))
     trained = set(chat_prompts.all_prompts())
-    for name in ("unseen_chat.json", "unseen_chat2.json"):
+    for name in ("unseen_chat.json", "unseen_chat2.json", "unseen_chat3.json"):
         unseen = json.loads((ROOT / "benchmarks" / "prompts" / name).read_text())["prompts"]
         assert not set(unseen) & trained, name
     assert sorted(pair_prompts("smollm2")) == sorted(chat_prompts.prompts("heldout", seed=None))
