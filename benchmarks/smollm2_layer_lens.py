@@ -13,17 +13,19 @@ shows how much of the target's prediction is still changing in its last layers, 
 draft has to imitate. Held-out prompts (never trained on) and both hand-written unseen sets.
 
     python benchmarks/smollm2_layer_lens.py [--num-prompts 6] [--max-new-tokens 80] [--out lens.json]
+        [--sets held-out,unseen,unseen2,unseen3] [--draft old=DIR --no-layers]   # drafts side by side
 """
 from __future__ import annotations
 
 import argparse
 import json
 import pathlib
+import sys
 
 import torch
 
 SETS = {"held-out": None, "unseen": "benchmarks/prompts/unseen_chat.json",
-        "unseen2": "benchmarks/prompts/unseen_chat2.json"}
+        "unseen2": "benchmarks/prompts/unseen_chat2.json", "unseen3": "benchmarks/prompts/unseen_chat3.json"}
 LAYERS = (4, 8, 12, 16, 20, 24, 26, 28, 29)
 
 
@@ -56,7 +58,7 @@ def probs(logits, sample, temperature=0.7):
     return torch.softmax(s, -1)
 
 
-def measure(target, draft, seq, mask, keep, plen, sample):
+def measure(target, draft, seq, mask, keep, plen, sample, others=None, layers=LAYERS):
     out = target(input_ids=seq, attention_mask=mask, output_hidden_states=True)
     p = probs(out.logits[:, plen - 1:-1], sample)  # [B, N, V]: the target's law at each answer token
     pg = p.argmax(-1)
@@ -66,7 +68,7 @@ def measure(target, draft, seq, mask, keep, plen, sample):
         return {"alpha": round(torch.minimum(p, q).sum(-1)[keep].mean().item(), 4),
                 "greedy_agreement": round((q.argmax(-1) == pg)[keep].float().mean().item(), 4)}
 
-    for L in LAYERS:
+    for L in layers:
         h = out.hidden_states[L][:, plen - 1:-1]
         row[f"layer {L}"] = score(probs(target.lm_head(target.model.norm(h)), sample))
     dl = draft(input_ids=seq, attention_mask=mask).logits[:, plen - 1:-1]
@@ -74,6 +76,8 @@ def measure(target, draft, seq, mask, keep, plen, sample):
     if sample:  # any q keeps the rule exact: would sampling the draft at another temperature match p better?
         for t in (0.5, 0.6, 0.8):
             row[f"shipped draft at T={t}"] = score(probs(dl, sample, t))
+    for name, other in (others or {}).items():  # --draft NAME=DIR: another token draft on the same answers
+        row[name] = score(probs(other(input_ids=seq, attention_mask=mask).logits[:, plen - 1:-1], sample))
     row["tokens"] = int(keep.sum())
     return row
 
@@ -84,23 +88,37 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=80)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=pathlib.Path, default=None)
+    ap.add_argument("--draft", action="append", default=[], metavar="NAME=DIR",
+                    help="also score the token draft in DIR (draft.safetensors + draft.json) as NAME; repeatable")
+    ap.add_argument("--no-layers", action="store_true", help="drafts only, no layer read-outs")
+    ap.add_argument("--sets", default=",".join(SETS), help=f"comma-separated prompt sets of {sorted(SETS)}")
     args = ap.parse_args()
     torch.set_num_threads(2)
     torch.set_grad_enabled(False)
     import exactspec as es
-    from exactspec.smollm2 import heldout_prompts
+    from exactspec.smollm2 import heldout_prompts, load_draft
 
     target, draft, tok = es.load_pair("smollm2")
     tok.padding_side = "left"
-    report = {"command": "python benchmarks/smollm2_layer_lens.py " + f"--num-prompts {args.num_prompts} "
-              f"--max-new-tokens {args.max_new_tokens} --seed {args.seed}", "layers": target.config.num_hidden_layers}
-    for name, path in SETS.items():
+    others = {}
+    for spec in args.draft:
+        name, _, path = spec.partition("=")
+        if not name or not path:
+            ap.error(f"--draft: expected NAME=DIR, got {spec!r}")
+        others[name] = load_draft(target, pathlib.Path(path)).eval()
+    report = {"command": "python benchmarks/smollm2_layer_lens.py " + " ".join(sys.argv[1:]),
+              "layers": target.config.num_hidden_layers}
+    for name in args.sets.split(","):
+        if name not in SETS:
+            ap.error(f"--sets: unknown set {name!r}; choose from {sorted(SETS)}")
+        path = SETS[name]
         prompts = heldout_prompts() if path is None else json.loads(pathlib.Path(path).read_text())["prompts"]
         for sample in (False, True):
             seq, mask, keep, plen = answers(target, tok, prompts[:args.num_prompts], args.max_new_tokens, sample,
                                             args.seed)
             key = f"{name}, {'T=0.7 top-p 0.9' if sample else 'greedy'}"
-            report[key] = measure(target, draft, seq, mask, keep, plen, sample)
+            report[key] = measure(target, draft, seq, mask, keep, plen, sample, others,
+                                  () if args.no_layers else LAYERS)
             print(key, json.dumps(report[key]), flush=True)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -2,9 +2,10 @@
 
 Stages (each cached under --work; a rerun resumes):
   1. gen      the target answers the training chat prompts (`training/chat_prompts.py`), half greedy, half
-              sampled at T=0.7, top-p 0.9; for every answer token the target's raw logits come for free from
-              `generate(output_logits=True)` and are kept as the top-64 log-probabilities (enough to hold
-              ~all of p's mass on this text). One shard per batch.
+              sampled at T=0.7, top-p 0.9 (`gen-self`: the prompts the target wrote itself,
+              `training/self_instruct.py`, each answered once); for every answer token the target's raw
+              logits come for free from `generate(output_logits=True)` and are kept as the top-64
+              log-probabilities (enough to hold ~all of p's mass on this text). One shard per batch.
   2. vocab    the draft's head vocabulary (FR-Spec): the most frequent answer tokens, weighted by p.
   3. train    the draft: the target's token embedding (frozen, borrowed at load time), layers initialised from
               the target's first layers, a head over the subset initialised from the embedding rows; loss =
@@ -30,6 +31,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "src"))
 import chat_prompts  # noqa: E402
+import self_instruct  # noqa: E402
 
 EXPORT = HERE.parent / "src" / "exactspec" / "smollm2_pair"
 TOPK = 64
@@ -48,11 +50,16 @@ def stage_gen(work, which, minutes, batch, max_new, seed):
     out.mkdir(parents=True, exist_ok=True)
     target, tok = load_target()
     tok.padding_side = "left"
-    prompts = chat_prompts.prompts(which, seed=seed)
-    # Each prompt twice: once greedy, once sampled; batches alternate.
-    jobs = [(p, False) for p in prompts] + [(p, True) for p in prompts]
-    jobs = [jobs[i::2] for i in range(2)]
-    jobs = [j for pair in zip(jobs[0], jobs[1]) for j in pair]
+    if which.startswith("self_"):  # the target's own user messages (training/self_instruct.py): each answered
+        # once, greedy or sampled by turns, for breadth per answer token
+        prompts = self_instruct.prompts(which[len("self_"):], seed=seed)
+        jobs = [(p, i % 2 == 1) for i, p in enumerate(prompts)]
+    else:
+        prompts = chat_prompts.prompts(which, seed=seed)
+        # Each prompt twice: once greedy, once sampled; batches alternate.
+        jobs = [(p, False) for p in prompts] + [(p, True) for p in prompts]
+        jobs = [jobs[i::2] for i in range(2)]
+        jobs = [j for pair in zip(jobs[0], jobs[1]) for j in pair]
     greedy = [p for p, s in jobs if not s]
     sampled = [p for p, s in jobs if s]
     batches = []
@@ -272,8 +279,8 @@ def stage_train(work, minutes, vocab, layers, batch, lr, seed, init=None, tag=""
         state = saved["state"]
         print(f"train: resumed at step {state['step']} ({state['elapsed'] / 60:.1f} min)")
     # The target's own answers (on-policy), `chat_weight` times, plus the teacher-forced text if any.
-    rows = load_shards(work, "train") * chat_weight + load_shards(work, "tf")
-    held = load_shards(work, "heldout")
+    rows = (load_shards(work, "train") + load_shards(work, "self_train")) * chat_weight + load_shards(work, "tf")
+    held = load_shards(work, "heldout") + load_shards(work, "self_heldout")
     best = state.get("best", (-1.0, None))
     print(f"train: {len(rows)} answers, {sum(len(r['top_ix']) for r in rows)} answer tokens")
     budget = minutes * 60
@@ -353,10 +360,12 @@ def stage_export(work, target, draft, state, args):
 
     from exactspec.smollm2 import draft_state, load_draft
 
-    held = load_shards(work, "heldout")
-    train, tf = load_shards(work, "train"), load_shards(work, "tf")
+    held, held_self = load_shards(work, "heldout"), load_shards(work, "self_heldout")
+    train, tf = load_shards(work, "train") + load_shards(work, "self_train"), load_shards(work, "tf")
     parts = {k: [r for r in held if r["sampled"] == s]
              for k, s in (("greedy_answers", False), ("sampled_answers", True))}
+    if held_self:  # the held-out self-instruct prompts' answers (greedy and sampled together)
+        parts["self_instruct_answers"] = held_self
     report = {"held_out": {k: evaluate(target, draft, rows) for k, rows in parts.items()}}
     if (EXPORT / "draft.safetensors").exists():  # the draft this one replaces, on the same held-out answers
         previous = load_draft(target, EXPORT)
@@ -384,7 +393,7 @@ def stage_export(work, target, draft, state, args):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--work", type=pathlib.Path, default=HERE / "work-smollm2")
-    ap.add_argument("--stage", choices=["gen", "teacher", "train", "all"], default="all")
+    ap.add_argument("--stage", choices=["gen", "gen-self", "teacher", "train", "all"], default="all")
     ap.add_argument("--teacher-minutes", type=float, default=15)
     ap.add_argument("--chunk-tokens", type=int, default=160)
     ap.add_argument("--gen-minutes", type=float, default=20)
@@ -405,6 +414,9 @@ def main(argv=None):
     if args.stage in ("gen", "all"):
         stage_gen(args.work, "heldout", args.gen_minutes, args.batch, args.max_new, args.seed)
         stage_gen(args.work, "train", args.gen_minutes, args.batch, args.max_new, args.seed)
+    if args.stage == "gen-self":  # answers to training/self_prompts.json (training/self_instruct.py)
+        stage_gen(args.work, "self_heldout", args.gen_minutes, args.batch, args.max_new, args.seed)
+        stage_gen(args.work, "self_train", args.gen_minutes, args.batch, args.max_new, args.seed)
     if args.stage in ("teacher", "all"):
         stage_teacher(args.work, args.teacher_minutes, args.batch, args.chunk_tokens, args.seed)
     if args.stage in ("train", "all"):
