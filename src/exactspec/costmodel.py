@@ -371,12 +371,11 @@ class CostModel:
                 repeats: int = 7, warmup: int = 2, generator=None, seed: int = 0) -> "CostModel":
         """Time real forward passes of Hugging Face causal LMs with a KV cache (median of ``repeats``).
 
-        Both models run as the engine runs them (:class:`~exactspec.cache.SlotCache`, the draft through its
-        lean forward where it has one). Each first prefills a random prompt of ``prompt_len`` tokens; then
-        each timed call feeds k new tokens on top of that cache and rolls them back, so every repeat sees the
-        same context length. ``t_draft`` is one
-        1-token step of the draft; ``target_times[k]`` one k-token step of the target. k = 1 is always
-        measured. ``prompt_len`` defaults to 64, less for models whose context cannot hold 64 + max(ks).
+        Both models run as the engine runs them (:class:`~exactspec.cache.SlotCache`, each through its
+        lean forward where it has one; :mod:`exactspec.costmeasure` times them). Each first prefills a
+        random prompt of ``prompt_len`` tokens; then each timed call feeds k new tokens on top of that cache
+        and rolls them back, so every repeat sees the same context length. ``t_draft`` is one 1-token step
+        of the draft; ``target_times[k]`` one k-token step of the target. k = 1 is always measured. ``prompt_len`` defaults to 64, less for models whose context cannot hold 64 + max(ks).
         ``generator`` (a torch.Generator) or ``seed`` fixes the prompt tokens.
         """
         from exactspec.costmeasure import measure_forwards
