@@ -94,8 +94,6 @@ def measure_forwards(target_model, draft_model, *, prompt_len: int | None = None
     return t_draft, target_times, metadata
 
 
-
-
 def _vocab_size(model) -> int:
     v = getattr(getattr(model, "config", None), "vocab_size", None)
     if not v:

@@ -375,7 +375,8 @@ class CostModel:
         lean forward where it has one; :mod:`exactspec.costmeasure` times them). Each first prefills a
         random prompt of ``prompt_len`` tokens; then each timed call feeds k new tokens on top of that cache
         and rolls them back, so every repeat sees the same context length. ``t_draft`` is one 1-token step
-        of the draft; ``target_times[k]`` one k-token step of the target. k = 1 is always measured. ``prompt_len`` defaults to 64, less for models whose context cannot hold 64 + max(ks).
+        of the draft; ``target_times[k]`` one k-token step of the target. k = 1 is always measured.
+        ``prompt_len`` defaults to 64, less for models whose context cannot hold 64 + max(ks).
         ``generator`` (a torch.Generator) or ``seed`` fixes the prompt tokens.
         """
         from exactspec.costmeasure import measure_forwards
