@@ -10,7 +10,7 @@ the sampled answers, the shipped draft's alpha when its q is drawn at another te
 
 Untrained exits are a weak draft (a trained exit, LayerSkip-style, does better), so this is not a bound; it
 shows how much of the target's prediction is still changing in its last layers, which is what a 2-layer
-draft has to imitate. Held-out prompts (never trained on) and both hand-written unseen sets.
+draft has to imitate. Held-out prompts (never trained on) and the three hand-written unseen sets.
 
     python benchmarks/smollm2_layer_lens.py [--num-prompts 6] [--max-new-tokens 80] [--out lens.json]
         [--sets held-out,unseen,unseen2,unseen3] [--draft old=DIR --no-layers]   # drafts side by side

@@ -202,9 +202,10 @@ def split(prompt: str, heldout_mod: int = 20) -> str:
     return "heldout" if h % heldout_mod == 0 else "train"
 
 
-def prompts(which: str, seed: int = 0) -> list[str]:
-    """The 'train' or 'heldout' prompts, shuffled by `seed` (training order), or in order for seed=None."""
-    chosen = [p for p in all_prompts() if split(p) == which]
+def prompts(which: str, seed: int = 0, pool: list[str] | None = None) -> list[str]:
+    """The 'train' or 'heldout' prompts of `pool` (default: all_prompts()), shuffled by `seed` (training
+    order), or in order for seed=None."""
+    chosen = [p for p in (all_prompts() if pool is None else pool) if split(p) == which]
     if seed is not None:
         random.Random(seed).shuffle(chosen)
     return chosen

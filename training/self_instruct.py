@@ -10,14 +10,13 @@ the prompts accepted so far; the target continues the list with one more item (T
 completion, no chat template), up to the line's end. Kept when 15-300 characters, one line, not a repeat
 (case and spacing folded) and not in any benchmarks/prompts/unseen_chat*.json set. The result is written to
 training/self_prompts.json (committed: the distillation's inputs stay reviewable); `prompts(which)` splits
-it by a hash of each text, one in 20 held out, as training/chat_prompts.py does.
+it by chat_prompts' hash of each text, one in 20 held out.
 
     python training/self_instruct.py --n 1200 --minutes 10
 """
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import pathlib
 import random
@@ -28,6 +27,10 @@ import time
 import torch
 
 HERE = pathlib.Path(__file__).resolve().parent
+if str(HERE) not in sys.path:  # run as a script; imported, training/ is on the path already
+    sys.path.insert(0, str(HERE))
+import chat_prompts  # noqa: E402
+
 OUT = HERE / "self_prompts.json"
 UNSEEN = sorted((HERE.parent / "benchmarks" / "prompts").glob("unseen_chat*.json"))
 
@@ -76,12 +79,13 @@ SEEDS = [
 ]
 
 
-def _norm(text: str) -> str:
+def fold(text: str) -> str:
+    """`text` with case and runs of white space folded: how prompts are compared for repeats."""
     return re.sub(r"\s+", " ", text.strip().lower())
 
 
 def unseen_prompts() -> set[str]:
-    return {_norm(p) for path in UNSEEN for p in json.loads(path.read_text())["prompts"]}
+    return {fold(p) for path in UNSEEN for p in json.loads(path.read_text())["prompts"]}
 
 
 def _clean(line: str) -> str | None:
@@ -100,7 +104,7 @@ def generate(n: int, minutes: float, seed: int, batch: int = 32, max_new: int = 
     tok.padding_side = "left"
     rng = random.Random(seed)
     seen = unseen_prompts()
-    taken = {_norm(s) for s in SEEDS}
+    taken = {fold(s) for s in SEEDS}
     kept: list[str] = []
     newline = tok("\n", add_special_tokens=False)["input_ids"]
     t0, rounds = time.time(), 0
@@ -118,17 +122,12 @@ def generate(n: int, minutes: float, seed: int, batch: int = 32, max_new: int = 
                                   top_k=0, eos_token_id=newline + [tok.eos_token_id], pad_token_id=tok.pad_token_id)
         for row in out[:, enc["input_ids"].shape[1]:]:
             text = _clean(tok.decode(row, skip_special_tokens=True).split("\n")[0])
-            if text and _norm(text) not in taken and _norm(text) not in seen:
-                taken.add(_norm(text))
+            if text and fold(text) not in taken and fold(text) not in seen:
+                taken.add(fold(text))
                 kept.append(text)
         rounds += 1
         print(f"self-instruct: round {rounds}, {len(kept)} prompts, {time.time() - t0:.0f}s", flush=True)
     return kept[:n]
-
-
-def split(prompt: str, heldout_mod: int = 20) -> str:
-    """'heldout' for about one prompt in `heldout_mod` (by a hash of its text), else 'train'."""
-    return "heldout" if int(hashlib.sha256(prompt.encode()).hexdigest(), 16) % heldout_mod == 0 else "train"
 
 
 def all_prompts() -> list[str]:
@@ -136,11 +135,8 @@ def all_prompts() -> list[str]:
 
 
 def prompts(which: str, seed: int | None = 0) -> list[str]:
-    """The 'train' or 'heldout' self-instruct prompts, shuffled by `seed`, or in order for seed=None."""
-    chosen = [p for p in all_prompts() if split(p) == which]
-    if seed is not None:
-        random.Random(seed).shuffle(chosen)
-    return chosen
+    """The 'train' or 'heldout' self-instruct prompts, split and shuffled as training/chat_prompts.py's."""
+    return chat_prompts.prompts(which, seed=seed, pool=all_prompts())
 
 
 def main() -> None:
