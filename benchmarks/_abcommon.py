@@ -30,8 +30,8 @@ def setup(args) -> None:
 
 def prompts_of(args, pair: str, tok) -> list[str]:
     """The first --num-prompts of --prompts (default: `pair`'s held-out prompts), chat-wrapped for a chat pair."""
-    from exactspec.bench import load_prompts
-    from exactspec.pairs import chat_prompt, is_chat, pair_prompts
+    from exactspec.bench.bench import load_prompts
+    from exactspec.pairs.load import chat_prompt, is_chat, pair_prompts
 
     prompts = (load_prompts(args.prompts) if args.prompts else pair_prompts(pair))[: args.num_prompts]
     return [chat_prompt(tok, p) for p in prompts] if is_chat(pair) else prompts

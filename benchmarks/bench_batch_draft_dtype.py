@@ -1,7 +1,7 @@
 """A half-precision draft drafting for several rows: computing in fp32 (the default) against its own dtype,
 end to end, in one interleaved run.
 
-exactspec.leanforward computes a half-precision draft's forward in fp32 when a run drafts for more than one
+exactspec.backends.leanforward computes a half-precision draft's forward in fp32 when a run drafts for more than one
 row (``EXACTSPEC_DRAFT_UPCAST=0`` keeps the draft's dtype). This script times, on the same prompt batches and
 in the same rounds: target-alone batched `generate` (the baseline) and exactspec at each gamma with the draft
 computing in fp32 ("fp32") and in its own dtype ("own"). One generator per system for the whole run, as the
@@ -33,8 +33,8 @@ def main() -> None:
     args.num_prompts = max(args.num_prompts, args.batch_size)
     setup(args)
     import exactspec as es
-    from exactspec.bench import eos_ids, greedy_prefix_equal
-    from exactspec.stats import GenerationStats
+    from exactspec.bench.bench import eos_ids, greedy_prefix_equal
+    from exactspec.speed.stats import GenerationStats
 
     target, draft, tok = es.load_pair(args.pair)
     batches = batches_of(prompts_of(args, args.pair, tok), tok, args.batch_size)

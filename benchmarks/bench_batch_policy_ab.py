@@ -1,9 +1,9 @@
 """gamma="auto" in a batch as it is against as it was, end to end, in one interleaved run.
 
 Two changes of 2026-12-02: a batch ends with its slowest row, so `AdaptivePolicy(weigh_left=True)` weighs the
-rows with the most left most when it decides whether the batch drafts on (exactspec.policy); and
+rows with the most left most when it decides whether the batch drafts on (exactspec.engine.policy); and
 `CostModel.calibrate` shrinks each drafted length's loop overhead towards a line through all lengths, not
-towards the pooled overhead (`exactspec.costmodel._TREND`), so the long drafts auto makes now and then are
+towards the pooled overhead (`exactspec.speed.costmodel._TREND`), so the long drafts auto makes now and then are
 priced near what they cost. This script times, on the same prompt batches and in the same rounds:
 target-alone batched `generate` (the baseline), fixed gammas, auto with both ("auto new"), auto with
 neither ("auto old"), and with `--each` auto with one of them each. One generator per system for the whole run, as the bench keeps. Rows run to
@@ -34,10 +34,10 @@ def main() -> None:
     args.num_prompts = max(args.num_prompts, args.batch_size)
     setup(args)
     import exactspec as es
-    import exactspec.costmodel
-    from exactspec.bench import eos_ids, greedy_prefix_equal
-    from exactspec.policy import AdaptivePolicy
-    from exactspec.stats import GenerationStats
+    import exactspec.speed.costmodel
+    from exactspec.bench.bench import eos_ids, greedy_prefix_equal
+    from exactspec.engine.policy import AdaptivePolicy
+    from exactspec.speed.stats import GenerationStats
 
     target, draft, tok = es.load_pair(args.pair)
     batches = batches_of(prompts_of(args, args.pair, tok), tok, args.batch_size)
@@ -49,11 +49,11 @@ def main() -> None:
         weigh_left, trend = True, True
 
         def _learn_costs(self, stats, batch_size):
-            exactspec.costmodel._TREND = self.trend
+            exactspec.speed.costmodel._TREND = self.trend
             try:
                 super()._learn_costs(stats, batch_size)
             finally:
-                exactspec.costmodel._TREND = True
+                exactspec.speed.costmodel._TREND = True
 
         def _policy(self, gamma, batch_size, key):
             policy = super()._policy(gamma, batch_size, key)

@@ -1,12 +1,12 @@
 """Two drafts for the same target, end to end, in one interleaved run: what a retrained draft buys.
 
-For each draft (a directory holding `draft.safetensors` and `draft.json`, as `exactspec/smollm2_pair/`, or a
+For each draft (a directory holding `draft.safetensors` and `draft.json`, as `exactspec/pairs/smollm2_pair/`, or a
 feature draft's `feature_draft.safetensors` and `feature_draft.json`: `--b feature:DIR`) and
 each gamma, exactspec generates on the same prompts; target-alone `generate` is the baseline, timed in the
 same rounds. Rows stop at EOS (the chat model's `<|im_end|>`), so speed is tokens per second; greedy outputs
 must equal the target's token for token. Medians over repeats.
 
-    python benchmarks/bench_draft_ab.py --a training/work-smollm2/shipped_r1 --b src/exactspec/smollm2_pair \\
+    python benchmarks/bench_draft_ab.py --a training/work-smollm2/shipped_r1 --b src/exactspec/pairs/smollm2_pair \\
         [--prompts benchmarks/prompts/unseen_chat.json] [--temperature 0.7 --top-p 0.9] [--gammas 2,auto]
 """
 from __future__ import annotations
@@ -30,15 +30,15 @@ def main() -> None:
     args = ap.parse_args()
     setup(args)
     import exactspec as es
-    from exactspec.smollm2 import load_draft, load_target
-    from exactspec.stats import GenerationStats
+    from exactspec.pairs.smollm2 import load_draft, load_target
+    from exactspec.speed.stats import GenerationStats
 
     target, tok = load_target()
     import pathlib
 
-    from exactspec.featuredraft import load_feature_draft
+    from exactspec.pairs.featuredraft import load_feature_draft
 
-    def load(spec):  # "feature:DIR" is a feature draft (exactspec.featuredraft), else a token draft's directory
+    def load(spec):  # "feature:DIR" is a feature draft (exactspec.pairs.featuredraft), else a token draft's directory
         return load_feature_draft(target, pathlib.Path(spec[8:])) if spec.startswith("feature:") else \
             load_draft(target, pathlib.Path(spec))
 

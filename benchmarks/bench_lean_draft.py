@@ -1,6 +1,6 @@
 """What a lean forward buys, end to end: the same generation with the draft (or, with --part target, the
 target) run through transformers' forward (EXACTSPEC_LEAN_DRAFT=0 / EXACTSPEC_LEAN_TARGET=0) and through
-exactspec.leanforward, against target-alone `generate`, interleaved, medians over repeats. Greedy outputs
+exactspec.backends.leanforward, against target-alone `generate`, interleaved, medians over repeats. Greedy outputs
 must all equal the target's.
 
     python benchmarks/bench_lean_draft.py [--part draft|target] [--pair stdlib|smollm2] [--prompts FILE]
@@ -26,7 +26,7 @@ def main() -> None:
     args = ap.parse_args()
     setup(args)
     import exactspec as es
-    from exactspec.bench import eos_ids, greedy_prefix_equal
+    from exactspec.bench.bench import eos_ids, greedy_prefix_equal
 
     target, draft, tok = es.load_pair(args.pair)
     inputs = [tok(p, return_tensors="pt").input_ids for p in prompts_of(args, args.pair, tok)]

@@ -2,7 +2,7 @@
 target-alone `generate`, because it takes plain steps when no draft length pays.
 
 The useless draft is the shipped draft's architecture with random weights (seeded). Systems are interleaved
-by `exactspec.bench.run_bench` (medians over repeats); the report goes to --out as bench.json / bench.md.
+by `exactspec.bench.bench.run_bench` (medians over repeats); the report goes to --out as bench.json / bench.md.
 
     python benchmarks/bench_never_loses.py --prompts benchmarks/prompts/unseen_code.json [--temperature 1]
 """
@@ -28,9 +28,9 @@ def main() -> None:
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
-    from exactspec.bench import BenchConfig, load_prompts, run_bench
-    from exactspec.demo import load_demo_pair
-    from exactspec.report import bench_markdown, write_bench
+    from exactspec.bench.bench import BenchConfig, load_prompts, run_bench
+    from exactspec.pairs.stdlib import load_demo_pair
+    from exactspec.bench.report import bench_markdown, write_bench
 
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()

@@ -34,7 +34,7 @@ def main() -> None:
     args = ap.parse_args()
     setup(args)
     import exactspec as es
-    from exactspec.stats import GenerationStats
+    from exactspec.speed.stats import GenerationStats
     from transformers import AutoModelForCausalLM
 
     target, draft, tok = es.load_pair(args.pair)

@@ -1,7 +1,7 @@
 """gamma="auto" with and without optimism under uncertainty, end to end, in one interleaved run.
 
 `AdaptivePolicy(optimism=z)` adds z standard errors to its acceptance estimates where the evidence is thin
-(exactspec.policy). This script times, on the same prompts and in the same rounds: target-alone `generate`
+(exactspec.engine.policy). This script times, on the same prompts and in the same rounds: target-alone `generate`
 (the baseline), fixed gammas, and gamma="auto" at each optimism. With `--fresh` (the default) every call
 gets a fresh generator, as every `exactspec generate` invocation does, so what is measured includes each
 run's learning from nothing; `--no-fresh` keeps one generator per system across the whole run, as the bench
@@ -39,9 +39,9 @@ def main() -> None:
     args = ap.parse_args()
     setup(args)
     import exactspec as es
-    from exactspec.bench import eos_ids, greedy_prefix_equal
-    from exactspec.policy import AdaptivePolicy
-    from exactspec.stats import GenerationStats
+    from exactspec.bench.bench import eos_ids, greedy_prefix_equal
+    from exactspec.engine.policy import AdaptivePolicy
+    from exactspec.speed.stats import GenerationStats
 
     target, loaded, tok = es.load_pair(args.pair)
     dtypes = args.draft_dtypes.split(",")

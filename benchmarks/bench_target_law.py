@@ -1,4 +1,4 @@
-"""Benchmark of the target's law p through transformers' processors (exactspec.hfconfig) on CPU (not a test).
+"""Benchmark of the target's law p through transformers' processors (exactspec.engine.hfconfig) on CPU (not a test).
 
 B=4 rows, K=4 drafts, V=32000 fp32 logits, rows with 200-token histories; torch.set_num_threads(1). Per round,
 one call of each candidate (interleaved), medians over the rounds:
@@ -20,8 +20,8 @@ import time
 
 import torch
 
-from exactspec.hfconfig import Prefixes, SamplingConfig, SamplingSpec
-from exactspec.sampling import probs_from_logits
+from exactspec.engine.hfconfig import Prefixes, SamplingConfig, SamplingSpec
+from exactspec.verification.sampling import probs_from_logits
 
 
 def main() -> None:

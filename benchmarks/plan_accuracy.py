@@ -5,7 +5,7 @@
    should agree exactly) and T = 1 (independent samples: agree within noise; several seeds each).
 2. Block verification and trees (`blocktree`): the plan's block per-position acceptance against
    generate(method="block") at T = 1, and its tree tokens per target call (the acceptance table per depth and
-   sibling rank, exactspec.offlinetrees) against generate(tree=shape), greedy and T = 1.
+   sibling rank, exactspec.deploy.offlinetrees) against generate(tree=shape), greedy and T = 1.
 3. Speedup: a profile measured here (`CostProfile.measure(calibrate=True)`, batch 1) prices the offline
    acceptance; compare with `exactspec bench --num-prompts 6 --max-new-tokens 64 --repeats 3` (pass its
    bench.json path as argv[1]).
@@ -22,11 +22,11 @@ import time
 import torch
 
 from exactspec import SpeculativeGenerator, load_demo_pair
-from exactspec.costprofile import CostProfile
-from exactspec.demo import demo_prompts
-from exactspec.offline import measure_acceptance
-from exactspec.plan import engine_configs, plan_offline
-from exactspec.stats import GenerationStats
+from exactspec.deploy.costprofile import CostProfile
+from exactspec.pairs.stdlib import demo_prompts
+from exactspec.deploy.offline import measure_acceptance
+from exactspec.deploy.plan import engine_configs, plan_offline
+from exactspec.speed.stats import GenerationStats
 
 torch.set_num_threads(2)
 N_PROMPTS, NEW, GAMMA = 6, 64, 4
@@ -48,8 +48,8 @@ def generated(temperature: float, seeds: int, **kw) -> GenerationStats:
 
 
 def block_and_trees() -> dict:
-    from exactspec.offlinetrees import tree_acceptance
-    from exactspec.treemath import expected_tokens_tree
+    from exactspec.deploy.offlinetrees import tree_acceptance
+    from exactspec.speed.treemath import expected_tokens_tree
 
     out = {}
     for temperature, seeds in ((0.0, 1), (1.0, 4)):

@@ -266,7 +266,7 @@ def sampling_cases():
 
 def verify_cases():
     from exactspec import verify
-    from exactspec.rules import verify_logits
+    from exactspec.verification.rules import verify_logits
 
     tp, dp, x = good_verify()
     B, K, V = 2, 3, 5
@@ -432,8 +432,8 @@ def candidates_cases():
 
 
 def speedup_cases():
-    from exactspec import speedup as sp
-    from exactspec.costmodel import CostModel
+    from exactspec.speed import speedup as sp
+    from exactspec.speed.costmodel import CostModel
 
     cm = CostModel(0.001, {1: 0.01, 2: 0.011, 8: 0.02})
     num = lambda r: isinstance(r, float) and math.isfinite(r)  # noqa: E731
@@ -546,7 +546,7 @@ def acceptance_cases():
 
 
 def costmodel_cases(tmp):
-    from exactspec.costmodel import CostModel
+    from exactspec.speed.costmodel import CostModel
 
     for d, args, name in (
         ("t_draft=True", (True, {1: 0.01}), "t_draft"), ("t_draft='0.1'", ("0.1", {1: 0.01}), "t_draft"),
@@ -599,7 +599,7 @@ def costmodel_cases(tmp):
 
 def generator_cases():
     from exactspec import PromptLookupDrafter, SpeculativeGenerator
-    from exactspec.costmodel import CostModel
+    from exactspec.speed.costmodel import CostModel
 
     t = tiny_llama()
     d = tiny_llama()
@@ -710,8 +710,8 @@ def generator_cases():
 
 
 def demo_explain_cases():
-    from exactspec.demo import load_demo_pair, load_pair
-    from exactspec.explain import explain_position, parse_distribution
+    from exactspec.pairs.stdlib import load_demo_pair, load_pair
+    from exactspec.verification.explain import explain_position, parse_distribution
 
     for kw, name in ((dict(device="cuda:0"), "device"), (dict(device="gpu"), "device"), (dict(device=5), "device"),
                      (dict(dtype="float32"), "dtype"), (dict(dtype=torch.int64), "dtype"), (dict(dtype=5), "dtype")):
@@ -738,7 +738,7 @@ def cli_cases(tmp):
     empty = os.path.join(tmp, "empty.txt")
     open(empty, "w").close()
     costs = os.path.join(tmp, "costs.json")
-    from exactspec.costmodel import CostModel
+    from exactspec.speed.costmodel import CostModel
 
     CostModel(0.001, {1: 0.01, 2: 0.011}).save(costs)
     badcosts = os.path.join(tmp, "badcosts.json")

@@ -31,7 +31,7 @@ LAYERS = (4, 8, 12, 16, 20, 24, 26, 28, 29)
 
 def answers(target, tok, prompts, max_new, sample, seed):
     """Token ids [B, P+N] of the target's answers and a mask [B, N] of answer positions up to the first EOS."""
-    from exactspec.pairs import chat_prompt
+    from exactspec.pairs.load import chat_prompt
 
     enc = tok([chat_prompt(tok, p) for p in prompts], return_tensors="pt", padding=True, add_special_tokens=False)
     torch.manual_seed(seed)
@@ -96,7 +96,7 @@ def main() -> None:
     torch.set_num_threads(2)
     torch.set_grad_enabled(False)
     import exactspec as es
-    from exactspec.smollm2 import heldout_prompts, load_draft
+    from exactspec.pairs.smollm2 import heldout_prompts, load_draft
 
     target, draft, tok = es.load_pair("smollm2")
     tok.padding_side = "left"

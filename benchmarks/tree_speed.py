@@ -17,7 +17,7 @@ import time
 import torch
 
 from exactspec import SpeculativeGenerator, load_demo_pair
-from exactspec.demo import demo_prompts
+from exactspec.pairs.stdlib import demo_prompts
 
 
 def _parse(name: str) -> dict:

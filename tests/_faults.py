@@ -1,7 +1,7 @@
 """Subtle faults for the power checks of the exactness tests.
 
-Each fault replaces a formula function on :mod:`exactspec.rules`, the one place where verify, verify_logits,
-verify_candidates, the tree walk, the engine (through verify) and the enumeration in exactspec.exact all
+Each fault replaces a formula function on :mod:`exactspec.verification.rules`, the one place where verify, verify_logits,
+verify_candidates, the tree walk, the engine (through verify) and the enumeration in exactspec.verification.exact all
 look it up. So one patch reaches every level, and a test level "has power" when it fails under the patch.
 
 - ``inflated_acceptance``: every acceptance probability 5% too high (min(1, 1.05 a)): the token rule's and
@@ -10,7 +10,7 @@ look it up. So one patch reaches every level, and a test level "has power" when 
 """
 from __future__ import annotations
 
-from exactspec import rules
+from exactspec.verification import rules
 
 
 def inflated_acceptance(monkeypatch, factor: float = 1.05) -> None:

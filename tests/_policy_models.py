@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from exactspec.policy import AcceptanceModel
+from exactspec.engine.policy import AcceptanceModel
 
 
 def acceptance_at_rate(alpha: float, n: int = 3000) -> AcceptanceModel:

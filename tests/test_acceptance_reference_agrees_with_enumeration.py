@@ -1,13 +1,13 @@
-"""The independent numpy references of exactspec.acceptance (own recursions, no shared code) give the same
-expected accepted counts and multi-candidate acceptance rates as exactspec.exact, which enumerates with the
+"""The independent numpy references of exactspec.speed.acceptance (own recursions, no shared code) give the same
+expected accepted counts and multi-candidate acceptance rates as exactspec.verification.exact, which enumerates with the
 running rules' formula functions: on random small prefix-dependent distributions, to 1e-12. Two
 implementations written apart agreeing is what makes either a reference for the other."""
 import numpy as np
 import pytest
 import torch
 
-from exactspec import exact
-from exactspec.acceptance import expected_accepted_block, expected_accepted_token_rule, multi_draft_acceptance
+from exactspec.verification import exact
+from exactspec.speed.acceptance import expected_accepted_block, expected_accepted_token_rule, multi_draft_acceptance
 
 
 def random_dist(V, rng, zeros=False):

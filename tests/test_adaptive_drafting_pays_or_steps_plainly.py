@@ -1,4 +1,4 @@
-"""gamma="auto" (exactspec.policy.AdaptivePolicy) drafts only while drafting pays, takes plain steps when it
+"""gamma="auto" (exactspec.engine.policy.AdaptivePolicy) drafts only while drafting pays, takes plain steps when it
 does not, re-probes, stops early on the draft's own confidence, reproduces under a seed, and keeps the
 output exactly the target's: by enumeration of the stopping rule, by greedy equality and by chi-square."""
 from __future__ import annotations
@@ -13,8 +13,8 @@ import torch
 
 from _spec_models import left_padded, noisy_copy, target_greedy, tiny_lm
 from exactspec import CostModel, SpeculativeGenerator
-from exactspec.exact import _extend, _outcomes, max_abs_diff, rule_distribution, target_distribution
-from exactspec.policy import AcceptanceModel, AdaptivePolicy, DraftingState, FixedPolicy
+from exactspec.verification.exact import _extend, _outcomes, max_abs_diff, rule_distribution, target_distribution
+from exactspec.engine.policy import AcceptanceModel, AdaptivePolicy, DraftingState, FixedPolicy
 from test_sampling_speculative_matches_target_distribution import _lm, chi2_pvalue, exact_joint
 
 FLAT = {1: 0.010, 16: 0.010}  # verifying k tokens costs one step: the paper's cost model
@@ -290,7 +290,7 @@ def test_sampled_auto_with_early_stops_matches_the_exact_target_law(method, monk
     at its own position (0, 1 or 2 tokens), and the first three tokens still follow the target's
     enumerated law (chi-square). Rows stop on their own P (`row_stops`; by default a batch's rows share
     its stops, which a batch of 400 like rows would make all alike)."""
-    monkeypatch.setattr("exactspec.decoding.AdaptivePolicy", functools.partial(AdaptivePolicy, row_stops=True))
+    monkeypatch.setattr("exactspec.engine.decoding.AdaptivePolicy", functools.partial(AdaptivePolicy, row_stops=True))
     target, draft = _lm(8, seed=0), _lm(8, seed=1)
     cost = CostModel(t_draft=0.002, target_times={1: 0.010, 2: 0.0102, 3: 0.0104})
     gen = SpeculativeGenerator(target, draft, cost_model=cost, max_gamma=2, calibrate=False)

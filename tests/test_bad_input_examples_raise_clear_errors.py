@@ -8,9 +8,9 @@ import torch
 
 from exactspec import (SpeculativeGenerator, TokenTree, acceptance_rate, expected_tokens, probs_from_logits,
                        sample_from_probs, verify, verify_candidates, walltime_speedup)
-from exactspec.checks import ArgumentTypeError
+from exactspec.verification.checks import ArgumentTypeError
 from exactspec.cli import main
-from exactspec.rules import verify_logits
+from exactspec.verification.rules import verify_logits
 
 NAN = float("nan")
 
@@ -197,12 +197,12 @@ def test_huge_gamma_uses_the_closed_form():
 @pytest.fixture
 def no_models(monkeypatch):
     """Loading a model is an error here: every expected CLI error must come before it."""
-    import exactspec.demo as demo
+    import exactspec.pairs.stdlib as demo
 
     def refuse(*a, **k):
         raise AssertionError("a model was loaded before the bad option was reported")
 
-    import exactspec.pairs as pairs
+    import exactspec.pairs.load as pairs
 
     monkeypatch.setattr(demo, "load_pair", refuse)
     monkeypatch.setattr(demo, "load_demo_pair", refuse)
@@ -259,7 +259,7 @@ def test_cli_errors_are_one_line_before_any_model_loads(capsys, tmp_path, no_mod
 def test_pair_names_and_a_missing_model_package_are_clear_errors(monkeypatch):
     import importlib.util
 
-    from exactspec import pairs, smollm2
+    from exactspec.pairs import load as pairs, smollm2
 
     with pytest.raises(ValueError, match="pair must be one of stdlib, smollm2.*'gpt5'"):
         pairs.load_pair("gpt5")
@@ -283,7 +283,7 @@ def test_cli_without_a_command_is_a_one_line_error(capsys):
 
 
 def test_cli_unexpected_exceptions_keep_their_traceback(monkeypatch):
-    import exactspec.explain as explain
+    import exactspec.verification.explain as explain
 
     def bug(*a, **k):
         raise RuntimeError("a bug")

@@ -139,8 +139,8 @@ def test_tree_bad_parents_and_shapes():
 def test_zero_mass_residual_falls_back_to_target_without_nan():
     """A residual with mass ~0 (p ~ q) would be 0/0; the rules fall back to p (token/block emitter and
     the multi-candidate residual)."""
-    from exactspec.candidates import mrrs_residual
-    from exactspec.rules import _emit
+    from exactspec.verification.candidates import mrrs_residual
+    from exactspec.verification.rules import _emit
 
     p = torch.tensor([[0.25, 0.25, 0.5]]).repeat(4, 1)
     tp, dp = p[:, None].repeat(1, 2, 1), p[:, None].clone()

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from exactspec import CostModel, end_to_end_speedup
-from exactspec.speedup import batch_steps
+from exactspec.speed.speedup import batch_steps
 
 
 def _simulated_max_steps(alpha: float, gamma: int, n: int, batch: int, sims: int, seed: int) -> float:
@@ -55,7 +55,7 @@ def test_batched_end_to_end_prediction_uses_the_slowest_row():
 
 
 def _trace_stats(steps, tokens, widths, draft_calls=0, draft_steps=0):
-    from exactspec.stats import GenerationStats
+    from exactspec.speed.stats import GenerationStats
 
     return GenerationStats(step_rows=steps, row_tokens=tokens, width_counts=widths, draft_calls=draft_calls,
                            draft_steps=draft_steps, target_calls=sum(widths),
@@ -67,7 +67,7 @@ def test_a_row_without_repeats_sets_the_pace_and_every_step_is_as_wide_as_its_lo
     needs 20 plain steps; the first 4 are as wide as row 0's draft. Priced from the run's counts the
     prediction is exact here; pooling the rows' rates, as if both rows were alike, predicts a speedup where
     there is a loss."""
-    from exactspec.prediction import predict_batch
+    from exactspec.speed.prediction import predict_batch
 
     cm = CostModel(t_draft=0.0, target_times={1: 0.010, 5: 0.014}, t_overhead=0.001)
     steps = [[[0, 4, 4], [1, 0, 0]]] * 4 + [[[1, 0, 0]]] * 16  # row 0 left after 4 steps
@@ -86,7 +86,7 @@ def test_a_real_ragged_batch_is_priced_call_by_call_and_its_calibration_run_is_p
     (the slowest row's count, each call at its width, its draft calls); a cost model calibrated on that
     very run prices its loop at the seconds the loop took (draft, target and verification)."""
     from exactspec import SpeculativeGenerator
-    from exactspec.prediction import predict_batch
+    from exactspec.speed.prediction import predict_batch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     def tiny_llama(hidden, layers, seed):
@@ -121,7 +121,7 @@ def test_a_real_ragged_batch_is_priced_call_by_call_and_its_calibration_run_is_p
 
 
 def test_a_run_without_drafts_predicts_nothing_and_rows_of_one_step_are_priced_as_they_ran():
-    from exactspec.prediction import predict_batch
+    from exactspec.speed.prediction import predict_batch
 
     cm = CostModel(t_draft=0.001, target_times={1: 0.010, 5: 0.013}, t_overhead=0.0005)
     one = _trace_stats([[[0, 0, 0], [1, 0, 0]]], [1, 1], [0, 1], draft_calls=0)

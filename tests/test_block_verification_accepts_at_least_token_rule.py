@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from exactspec import expected_accepted_block, expected_accepted_token_rule
-from exactspec.acceptance import _as_dist_fn
+from exactspec.speed.acceptance import _as_dist_fn
 
 
 def random_dist_fn(V, seed, sharp=1.0):

@@ -69,7 +69,7 @@ def test_measure_on_tiny_models():
 def test_measure_rolls_the_cache_back(monkeypatch):
     # After each timed call the slot cache is rolled back by k, so repeats see the same context: the logits
     # of the timed k-token call are the same in every repeat (recorded by a wrapper of SlotCache.forward).
-    from exactspec.cache import SlotCache
+    from exactspec.backends.cache import SlotCache
 
     target = tiny_llama(64, 2, 2)
     seen = []
@@ -102,7 +102,7 @@ def test_without_draft_keeps_target_times_and_frees_the_draft():
 
 
 def test_overhead_is_priced_per_step_and_round_trips(tmp_path):
-    from exactspec.speedup import mixed_length_speedup, walltime_speedup
+    from exactspec.speed.speedup import mixed_length_speedup, walltime_speedup
 
     cm = CostModel(0.002, {1: 0.010, 5: 0.014}, t_overhead=0.001)
     assert cm.step_time(4) == pytest.approx(4 * 0.002 + 0.014 + 0.001)
@@ -120,7 +120,7 @@ def test_overhead_is_priced_per_step_and_round_trips(tmp_path):
 
 
 def test_calibrate_prices_the_loop_from_a_runs_statistics():
-    from exactspec.stats import GenerationStats
+    from exactspec.speed.stats import GenerationStats
 
     bare = CostModel(0.001, {1: 0.010, 5: 0.014})
     # 10 target calls over 5 positions each (gamma = 4), 40 draft calls.
@@ -165,7 +165,7 @@ def test_calibrate_on_a_real_run_counts_positions_fed():
 def test_calibrate_prices_cold_first_draft_calls_apart(first_time, cold):
     """Deterministic both ways: first calls slower than the later ones give t_draft_cold > 0 and the
     draft time adds up exactly; faster ones give t_draft_cold = 0, never negative."""
-    from exactspec.stats import GenerationStats
+    from exactspec.speed.stats import GenerationStats
 
     st = GenerationStats(target_calls=10, draft_calls=40, target_positions=50, draft_time=0.030 + first_time,
                          target_time=0.150, verify_time=0.008, draft_steps=10, draft_first_time=first_time)
@@ -176,7 +176,7 @@ def test_calibrate_prices_cold_first_draft_calls_apart(first_time, cold):
 
 
 def test_calibrate_against_measured_plain_decoding_shifts_the_table():
-    from exactspec.stats import GenerationStats
+    from exactspec.speed.stats import GenerationStats
 
     bare = CostModel(0.001, {1: 0.010, 5: 0.014})
     st = GenerationStats(target_calls=10, draft_calls=40, target_positions=50, draft_time=0.060,
@@ -195,7 +195,7 @@ def test_calibrate_scales_the_tables_rise_when_the_loop_verifies_cheaper_than_th
     speed drifts), a clamped t_overhead = 0 over-priced every step. Instead the rise above T_target(1) is
     scaled to the loop's measured step, so the calibrated step reproduces the run exactly, and plain
     decoding keeps the measured plain_time."""
-    from exactspec.stats import GenerationStats
+    from exactspec.speed.stats import GenerationStats
 
     bare = CostModel(0.001, {1: 0.010, 3: 0.013, 5: 0.014})
     # gamma = 4: 10 target calls, (0.105 + 0.005) / 10 = 11 ms of target + verification per call, while
@@ -258,8 +258,8 @@ def test_end_to_end_speedup_adds_the_prefills():
 
 
 def test_calibrate_prices_a_steps_cold_first_draft_call_apart():
-    from exactspec.speedup import walltime_speedup
-    from exactspec.stats import GenerationStats
+    from exactspec.speed.speedup import walltime_speedup
+    from exactspec.speed.stats import GenerationStats
 
     bare = CostModel(0.001, {1: 0.010, 5: 0.014})
     # 10 steps of 4 draft calls: the first of each took 2.0 ms, the other three 1.2 ms each.
@@ -308,7 +308,7 @@ def test_calibrate_after_plain_steps_does_not_price_a_probes_catch_up_as_every_c
     """gamma="auto": after plain steps, a probe's one draft call also feeds the tokens those steps emitted.
     With plain steps in the run, one-call steps keep the bare draft price and the cold extra is capped at
     one call; without plain steps (a fixed gamma) the run's own timings price the draft as before."""
-    from exactspec.stats import GenerationStats
+    from exactspec.speed.stats import GenerationStats
 
     bare = CostModel(0.001, {1: 0.010, 5: 0.014})
     probes = GenerationStats(target_calls=40, draft_calls=4, target_positions=44, draft_time=0.040,
@@ -336,7 +336,7 @@ def test_a_steps_first_draft_call_is_timed_with_its_draw_as_every_later_call_is(
     import time as _time
 
     from exactspec import SpeculativeGenerator
-    from exactspec.hfconfig import SamplingSpec
+    from exactspec.engine.hfconfig import SamplingSpec
 
     draw, slow = SamplingSpec.sample, 0.02  # a draw far dearer than the tiny draft's forward
 

@@ -103,7 +103,7 @@ def test_demo_with_one_new_token_has_no_prediction_and_does_not_crash(capsys):
 def test_greedy_equality_check_compares_up_to_the_first_eos():
     import torch
 
-    from exactspec.bench import greedy_prefix_equal
+    from exactspec.bench.bench import greedy_prefix_equal
 
     ref = torch.tensor([[5, 6, 7, 8], [1, 2, 3, 4]])
     assert greedy_prefix_equal(ref.clone(), ref, {0}) == (True, 8)

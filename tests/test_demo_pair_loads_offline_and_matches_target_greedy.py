@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from exactspec import SpeculativeGenerator, load_demo_pair
-from exactspec.demo import PAIR_DIR, demo_prompts, training_report
+from exactspec.pairs.stdlib import PAIR_DIR, demo_prompts, training_report
 
 
 @pytest.fixture(scope="module")

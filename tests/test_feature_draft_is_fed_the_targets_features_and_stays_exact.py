@@ -1,4 +1,4 @@
-"""A feature draft (EAGLE-style, exactspec.featuredraft) is fed exactly the target's features and stays exact.
+"""A feature draft (EAGLE-style, exactspec.pairs.featuredraft) is fed exactly the target's features and stays exact.
 
 Tiny random Llama models from configs. The plumbing is checked against a teacher-forced reference: every
 step's first draft token is what the draft gives, with no cache, on the pairs (f_j, x_{j+1}) of the target's
@@ -15,8 +15,9 @@ import torch
 
 from _spec_models import left_padded, tiny_lm
 from exactspec import SpeculativeGenerator
-from exactspec.featuredraft import FeatureDraft, FeatureDrafter, load_feature_draft, save_feature_draft
-from exactspec.policy import FixedPolicy
+from exactspec.pairs.featuredraft import FeatureDraft, load_feature_draft, save_feature_draft
+from exactspec.engine.featuredrafter import FeatureDrafter
+from exactspec.engine.policy import FixedPolicy
 from test_sampling_speculative_matches_target_distribution import exact_joint, pvalues
 
 SUBSET = list(range(12))  # of V = 16: the head's frequent-token subset (q = 0 outside)

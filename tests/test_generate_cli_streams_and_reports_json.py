@@ -90,7 +90,7 @@ def test_casting_a_draft_that_borrows_the_targets_embedding_leaves_the_target_as
 
     target = tiny_lm("llama", seed=0, dtype=torch.float32)
     draft = noisy_copy(target, 0.05)
-    draft.model.embed_tokens = target.model.embed_tokens  # borrowed, as exactspec.smollm2 does
+    draft.model.embed_tokens = target.model.embed_tokens  # borrowed, as exactspec.pairs.smollm2 does
     ids = torch.tensor([[5, 9, 13, 5, 9]])
     with torch.no_grad():
         before = target(ids).logits

@@ -15,7 +15,7 @@ from scipy import stats
 
 from _spec_models import left_padded, noisy_copy, tiny_lm
 from exactspec import SpeculativeGenerator
-from exactspec.hfconfig import Prefixes, SamplingConfig, SamplingSpec
+from exactspec.engine.hfconfig import Prefixes, SamplingConfig, SamplingSpec
 
 SETTINGS = dict(do_sample=True, temperature=0.8, top_p=0.9, repetition_penalty=1.8, no_repeat_ngram_size=2)
 

@@ -10,7 +10,7 @@ import torch
 
 from _spec_models import tiny_lm
 from exactspec.cli import main
-from exactspec.demo import load_pair
+from exactspec.pairs.stdlib import load_pair
 
 gguf = pytest.importorskip("gguf")
 

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from _spec_models import ARCHS, tiny_lm
-from exactspec.cache import SlotCache, left_pack
-from exactspec.drafters import DraftModelDrafter, SamplingSpec
+from exactspec.backends.cache import SlotCache, left_pack
+from exactspec.engine.drafters import DraftModelDrafter, SamplingSpec
 
 
 def _reference_logits(model, tokens: list[int]) -> torch.Tensor:
@@ -23,7 +23,7 @@ def _reference_logits(model, tokens: list[int]) -> torch.Tensor:
                          + [(a, torch.float64, "sdpa", True) for a in ("llama", "qwen2")])
 @torch.inference_mode()
 def test_cache_rollback_and_compaction_match_recomputation(arch, dtype, attn, lean):
-    """`lean`: the draft's own forward (exactspec.leanforward) on the same cache, as drafts run."""
+    """`lean`: the draft's own forward (exactspec.backends.leanforward) on the same cache, as drafts run."""
     model = tiny_lm(arch, seed=3, dtype=dtype, attn=attn)
     # float64 models still take their rotary angles from a float32 product (transformers), whose last bit can
     # depend on the CPU kernel chosen for a shape; a real cache error shows up at O(1e-2) and above

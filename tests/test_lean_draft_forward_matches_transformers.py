@@ -1,4 +1,4 @@
-"""The draft's lean forward (exactspec.leanforward) computes what transformers' forward computes, and the
+"""The draft's lean forward (exactspec.backends.leanforward) computes what transformers' forward computes, and the
 growing cache layer holds what transformers' DynamicLayer holds.
 
 A draft's numbers never decide exactness (verification corrects any q the tokens were drawn from), but they
@@ -15,8 +15,8 @@ import torch
 from transformers.cache_utils import DynamicLayer
 
 from _spec_models import tiny_lm
-from exactspec.cache import GrowingLayer, SlotCache
-from exactspec.leanforward import lean_forward_for
+from exactspec.backends.cache import GrowingLayer, SlotCache
+from exactspec.backends.leanforward import lean_forward_for
 
 
 def _pair(model):
@@ -54,9 +54,9 @@ def _random_biases(model, seed: int = 0):
 @torch.inference_mode()
 def test_lean_forward_equals_transformers_through_padding_holes_and_trees(arch, gqa, monkeypatch):
     """`gqa=False`: sdpa without enable_gqa (torch < 2.5), the KV heads repeated instead."""
-    import exactspec.leanforward
+    import exactspec.backends.leanforward
 
-    monkeypatch.setattr(exactspec.leanforward, "_GQA", gqa)
+    monkeypatch.setattr(exactspec.backends.leanforward, "_GQA", gqa)
     model = _biased_llama() if arch == "biased llama" else tiny_lm(arch, seed=5, attn="sdpa")
     _random_biases(model)
     hf, lean = _pair(model)

@@ -1,4 +1,4 @@
-"""The target's lean forward (exactspec.leanforward, ``use_lean(target=True)``) gives transformers' logits
+"""The target's lean forward (exactspec.backends.leanforward, ``use_lean(target=True)``) gives transformers' logits
 bit for bit, so the engine's target is the same function it was through transformers' forward.
 
 The target's p defines what the engine samples and what greedy decoding picks, so here equality is exact
@@ -15,9 +15,9 @@ import torch
 
 from _spec_models import noisy_copy, tiny_lm
 from exactspec import SpeculativeGenerator
-from exactspec.benchcalibration import target_alone_loop
-from exactspec.cache import SlotCache
-from exactspec.leanforward import lean_forward_for
+from exactspec.engine.baseline import target_alone_loop
+from exactspec.backends.cache import SlotCache
+from exactspec.backends.leanforward import lean_forward_for
 from test_lean_draft_forward_matches_transformers import _biased_llama, _random_biases
 
 
@@ -88,7 +88,7 @@ def test_the_target_forward_copies_no_weight_and_falls_back_where_it_must(monkey
 def _runs(target, draft, ids, mask, monkeypatch, **kw):
     """The same run with the target's lean forward on, then off; the lean target must have run (and only)
     when on."""
-    import exactspec.leanforward as lf
+    import exactspec.backends.leanforward as lf
 
     calls, unfused = [0], lf.LeanForward._unfused
 

@@ -13,9 +13,9 @@ import torch
 from _policy_models import acceptance_at_rate
 from _spec_models import tiny_lm
 from exactspec import CostModel, SpeculativeGenerator
-from exactspec.policy import AdaptivePolicy, DraftingState
-from exactspec.prediction import _loop_seconds
-from exactspec.stats import GenerationStats
+from exactspec.engine.policy import AdaptivePolicy, DraftingState
+from exactspec.speed.prediction import _loop_seconds
+from exactspec.speed.stats import GenerationStats
 
 BARE = CostModel(0.001, {1: 0.010, 3: 0.011, 4: 0.012, 5: 0.013})
 
@@ -62,12 +62,12 @@ def test_a_long_length_seen_in_few_steps_is_priced_near_its_own_along_the_trend(
     """gamma="auto" drafts long only now and then: 2 steps of 5 tokens among 40 of 2. Shrunk towards the
     pooled overhead (which the short steps make) the long ones would be priced near the short ones'; shrunk
     towards the line through both, at what they cost."""
-    import exactspec.costmodel
+    import exactspec.speed.costmodel
 
     st = _run({2: (40, 0.001), 5: (2, 0.004)})
     by = BARE.calibrate(st).t_overhead_by_gamma
     assert by[2] == pytest.approx(0.001) and by[5] == pytest.approx(0.004)
-    monkeypatch.setattr(exactspec.costmodel, "_TREND", False)
+    monkeypatch.setattr(exactspec.speed.costmodel, "_TREND", False)
     assert BARE.calibrate(st).t_overhead_by_gamma[5] < 0.002
 
 
@@ -155,7 +155,7 @@ def test_a_batch_prices_its_drafted_lengths_only_from_steps_with_every_row_runni
 def test_a_batch_weighs_each_rows_p_by_the_tokens_it_has_left():
     """A batch ends with its slowest row: a confident row about to finish does not keep the batch drafting
     for a doubtful row with most of its tokens left, unless every row is weighed alike."""
-    from exactspec.policy import AcceptanceModel
+    from exactspec.engine.policy import AcceptanceModel
 
     m = AcceptanceModel()
     lo, hi = torch.full((500,), 0.05), torch.full((500,), 0.99)

@@ -12,8 +12,8 @@ from transformers import PreTrainedTokenizerFast
 
 from _spec_models import noisy_copy, tiny_lm
 from exactspec import SpeculativeGenerator
-from exactspec.offline import measure_acceptance
-from exactspec.stats import GenerationStats
+from exactspec.deploy.offline import measure_acceptance
+from exactspec.speed.stats import GenerationStats
 
 WORDS = ["<pad>", "<unk>", "<eos>"] + [f"w{i}" for i in range(61)]
 PROMPTS = ["w5 w6 w7 w5 w6", "w9 w3 w9 w3", "w40 w41 w42 w43 w44 w40", "w12 w30", "w7 w7 w8 w7 w7",
@@ -118,11 +118,11 @@ def _table_dists(V: int, seed: int):
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_block_replay_law_equals_the_rules_enumeration(seed):
     """E over target texts of the replay's A_i equals P(block verification keeps >= i tokens), for every i
-    and gamma, with the law of the kept count computed by exactspec.exact from the rule's own formulas."""
+    and gamma, with the law of the kept count computed by exactspec.verification.exact from the rule's own formulas."""
     import itertools
 
-    from exactspec import exact
-    from exactspec.offline import _block_rows
+    from exactspec.verification import exact
+    from exactspec.deploy.offline import _block_rows
 
     V, K = 3, 3
     pd, qd = _table_dists(V, seed), _table_dists(V, seed + 10)

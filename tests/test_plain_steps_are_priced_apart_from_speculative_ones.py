@@ -12,9 +12,9 @@ import torch
 from _policy_models import acceptance_at_rate
 from _spec_models import tiny_lm
 from exactspec import CostModel, SpeculativeGenerator
-from exactspec.policy import AdaptivePolicy, DraftingState
-from exactspec.prediction import _loop_seconds
-from exactspec.stats import GenerationStats
+from exactspec.engine.policy import AdaptivePolicy, DraftingState
+from exactspec.speed.prediction import _loop_seconds
+from exactspec.speed.stats import GenerationStats
 
 BARE = CostModel(0.0, {1: 0.010, 2: 0.011, 5: 0.014})
 
@@ -112,7 +112,7 @@ class _Counting:
     """A prompt-lookup drafter that counts the steps it is asked to propose for."""
 
     def __init__(self):
-        from exactspec.drafters import PromptLookupDrafter
+        from exactspec.engine.drafters import PromptLookupDrafter
 
         self.inner, self.asked = PromptLookupDrafter(), 0
 

@@ -1,4 +1,4 @@
-"""A plain step (no draft to verify; exactspec.plainstep) is one step of target-alone decoding: with a
+"""A plain step (no draft to verify; exactspec.engine.plainstep) is one step of target-alone decoding: with a
 drafter that never drafts, every row gets the target's own tokens (greedy: generate's, rows ending at
 their EOS at different steps; sampled: the inverse-CDF draw from the run's seeded generator), and the
 statistics and stream count one token per target call, none from the draft."""
@@ -8,8 +8,8 @@ import torch
 
 from _spec_models import left_padded, target_greedy, tiny_lm
 from exactspec import SpeculativeGenerator
-from exactspec.drafters import Draft
-from exactspec.sampling import sample_from_probs
+from exactspec.engine.drafters import Draft
+from exactspec.verification.sampling import sample_from_probs
 
 PROMPTS = [[5, 9, 13, 5], [7, 8, 11, 12, 30, 31], [20, 21]]
 N = 12

@@ -11,7 +11,7 @@ import torch
 from _spec_models import noisy_copy, tiny_lm
 from exactspec import CostModel
 from exactspec.cli import main
-from exactspec.costprofile import CostProfile
+from exactspec.deploy.costprofile import CostProfile
 from test_offline_acceptance_matches_generate import tokenizer
 
 

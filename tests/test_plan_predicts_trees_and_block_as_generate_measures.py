@@ -10,19 +10,20 @@ import pytest
 import torch
 
 from _spec_models import noisy_copy, tiny_lm
-from exactspec import SpeculativeGenerator, exact
+from exactspec import SpeculativeGenerator
+from exactspec.verification import exact
 from exactspec.cli import main
-from exactspec.offline import measure_acceptance
-from exactspec.offlinetrees import rank_terms, tree_acceptance
-from exactspec.stats import GenerationStats
-from exactspec.treemath import expected_tokens_tree
+from exactspec.deploy.offline import measure_acceptance
+from exactspec.deploy.offlinetrees import rank_terms, tree_acceptance
+from exactspec.speed.stats import GenerationStats
+from exactspec.speed.treemath import expected_tokens_tree
 from test_offline_acceptance_matches_generate import NEW, PROMPTS, tokenizer
 from test_plan_and_profile_cli_round_trip import pair as plan_pair  # noqa: F401  (the saved-model fixture)
 
 
 def _exact_rank_terms(p, q, ranks):
     """P(rank r is THE accepted sibling) and P(ranks < r all rejected), by enumerating every draw of
-    `ranks` siblings without replacement (exactspec.exact, from the candidates module's formulas)."""
+    `ranks` siblings without replacement (exactspec.verification.exact, from the candidates module's formulas)."""
     num, den = [0.0] * ranks, [0.0] * ranks
     for c, pc in exact._candidate_draws(q, ranks, "without_replacement"):
         alive = 1.0

@@ -8,8 +8,8 @@ import pytest
 
 from _spec_models import left_padded, noisy_copy, tiny_lm
 from exactspec import CostModel, SpeculativeGenerator
-from exactspec.speedup import _expected_tokens_array, _for_length, batch_steps, mixed_length_speedup
-from exactspec.stats import GenerationStats
+from exactspec.speed.speedup import _expected_tokens_array, _for_length, batch_steps, mixed_length_speedup
+from exactspec.speed.stats import GenerationStats
 
 
 def _expected_accepted(alpha, counts) -> float:

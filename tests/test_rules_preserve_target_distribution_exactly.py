@@ -1,7 +1,7 @@
 """Exact enumeration: every verification rule and candidate scheme outputs the target distribution
 (to 1e-9) for prefix-dependent target/draft distributions; block verification keeps >= as many tokens as
 token verification in expectation. The enumeration calls the formula functions the running rules call
-(looked up on exactspec.rules), so a fault patched into one of them (a 5% inflated acceptance, a residual
+(looked up on exactspec.verification.rules), so a fault patched into one of them (a 5% inflated acceptance, a residual
 p - 0.9q, block keeping up to the first failed coin) makes these tests fail."""
 import hashlib
 
@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import _faults
-from exactspec import exact, rules
-from exactspec.rules import (block_accept_probs, block_keep_count, block_masses, block_tau_probs,
+from exactspec.verification import exact, rules
+from exactspec.verification.rules import (block_accept_probs, block_keep_count, block_masses, block_tau_probs,
                              block_weights, residual, token_accept_prob)
 
 TOL = 1e-9  # what every exactness assertion below allows
@@ -60,7 +60,7 @@ def test_rule_exact_when_draft_equals_target(method):
 @pytest.mark.parametrize("fault", list(_faults.FAULTS))
 @pytest.mark.parametrize("method", ["token", "block"])
 def test_enumeration_fails_on_subtle_faults(monkeypatch, method, fault):
-    """Power: with a formula of the running rule made subtly wrong (patched on exactspec.rules, where
+    """Power: with a formula of the running rule made subtly wrong (patched on exactspec.verification.rules, where
     verify reads it too), the enumeration of every CASES instance misses the target by far more than TOL."""
     _faults.apply(monkeypatch, fault)
     for V, K, seed in CASES:

@@ -1,7 +1,7 @@
 """Seeded statistical tests on real draws (>= 10^5 each, chi-square): verify() with "token" and "block"
 (full, ragged draft_lengths, fp16 inputs), verify_candidates for the three schemes and verify_tree produce
 the target's joint distribution, and the mean number of kept tokens is the independent numpy reference's
-(exactspec.acceptance). Power: the same checks fail on a rule told the wrong q and on the subtle faults of
+(exactspec.speed.acceptance). Power: the same checks fail on a rule told the wrong q and on the subtle faults of
 _faults.py (acceptance 5% too high, residual p - 0.9q) patched into the running code."""
 import hashlib
 import itertools
@@ -11,8 +11,9 @@ import torch
 from scipy.stats import chisquare
 
 import _faults
-from exactspec import TokenTree, exact, sample_from_probs, verify, verify_candidates, verify_tree
-from exactspec.acceptance import expected_accepted_block, expected_accepted_token_rule
+from exactspec import TokenTree, sample_from_probs, verify, verify_candidates, verify_tree
+from exactspec.verification import exact
+from exactspec.speed.acceptance import expected_accepted_block, expected_accepted_token_rule
 
 N = 100_000
 P_MIN = 1e-3  # seeded: deterministic outcome; a correct rule passes, a wrong one gives ~1e-100

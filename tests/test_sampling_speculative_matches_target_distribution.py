@@ -24,7 +24,7 @@ from scipy import stats
 import _faults
 from _spec_models import left_padded, noisy_copy, tiny_lm
 from exactspec import SpeculativeGenerator
-from exactspec.sampling import probs_from_logits
+from exactspec.verification.sampling import probs_from_logits
 
 N_NEW = 3
 PROMPTS = [[3, 1, 4], [6, 2, 7, 5, 1]]

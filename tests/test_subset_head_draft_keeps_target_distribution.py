@@ -14,7 +14,7 @@ import torch
 
 from _spec_models import left_padded, target_greedy, tiny_lm
 from exactspec import SpeculativeGenerator
-from exactspec.smollm2 import SubsetHead, build_draft, draft_state, load_draft
+from exactspec.pairs.smollm2 import SubsetHead, build_draft, draft_state, load_draft
 from test_sampling_speculative_matches_target_distribution import exact_joint, pvalues
 
 SUBSET = [0, 2, 3, 5, 6]

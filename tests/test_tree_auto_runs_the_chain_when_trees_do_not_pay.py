@@ -8,7 +8,7 @@ import torch
 
 from _spec_models import left_padded, noisy_copy, target_greedy, tiny_lm
 from exactspec import CostModel, SpeculativeGenerator
-from exactspec.treepolicy import TREE_MARGIN, auto_runs_tree
+from exactspec.engine.treepolicy import TREE_MARGIN, auto_runs_tree
 
 PROMPTS = [[3, 1, 4, 1, 5], [9, 2, 6], [5, 3, 5, 8, 9, 7, 9, 3]]
 KW = dict(max_new_tokens=14, do_sample=False, tree="auto", eos_token_id=[])
@@ -41,7 +41,7 @@ def test_first_run_explores_with_trees_then_a_chain_runs_when_trees_do_not_pay()
     assert s.tree_nodes == 0 and not s.tree_history and s.draft_calls > 0  # the chain loop drafted
     assert [r[ids.shape[1]:] for r in out.sequences.tolist()] == want
     # what the whole chain run achieved, priced from its counts like a tree run, is what trees must beat
-    from exactspec.prediction import predict_tree
+    from exactspec.speed.prediction import predict_tree
     assert gen._tree_speedup[("chain", key, 3)] == predict_tree(s, gen._cost_model(3)) > 0
     # the chain's per-depth counts moved rank 0 towards what it measured, and left the siblings alone
     table = gen._tree_priors[key]
@@ -82,7 +82,7 @@ def test_a_tree_runs_when_it_beats_what_the_chain_achieves_by_the_margin():
 
 def test_the_margin_is_what_separates_tree_from_chain():
     """Between 'tree predicted better' and 'tree predicted better by TREE_MARGIN' the chain runs."""
-    from exactspec.treemath import optimal_tree
+    from exactspec.speed.treemath import optimal_tree
 
     _, gen = _setup(CostModel(0.02, {1: 1.0, 2: 1.02, 17: 1.35}))
     key = ("k",)

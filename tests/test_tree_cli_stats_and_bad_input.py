@@ -82,7 +82,7 @@ def test_trees_refuse_generation_settings_that_depend_on_the_prefix():
 def test_tree_labels_drop_invalid_nodes_and_renumber():
     """A sampled node may have fewer candidates than children (top-k, top-p, a draft head over a token
     subset): its empty children are -1 and are left out of the label, with the rest renumbered."""
-    from exactspec.trees import valid_parents
+    from exactspec.engine.trees import valid_parents
 
     parents = [-1, -1, -1, 0, 0, 1, 1, 2, 2, 3, 5]
     tokens = [4, 6, -1, 1, -1, 2, 3, 5, 7, 1, 2]  # node 2 empty: its children 7, 8 go too

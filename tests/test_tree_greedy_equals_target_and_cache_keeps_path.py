@@ -8,10 +8,10 @@ import torch
 
 from _spec_models import left_padded, noisy_copy, target_greedy, tiny_lm
 from exactspec import CostModel, SpeculativeGenerator
-from exactspec.cache import SlotCache
-from exactspec.drafters import DraftModelDrafter, SamplingSpec
-from exactspec.treemath import shape_parents
-from exactspec.trees import TreeStepper
+from exactspec.backends.cache import SlotCache
+from exactspec.engine.drafters import DraftModelDrafter, SamplingSpec
+from exactspec.speed.treemath import shape_parents
+from exactspec.engine.trees import TreeStepper
 
 PROMPTS = [[3, 1, 4, 1, 5], [9, 2, 6], [5, 3, 5, 8, 9, 7, 9, 3]]
 

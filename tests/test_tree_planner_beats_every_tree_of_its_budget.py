@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from exactspec import CostModel, expected_tokens
-from exactspec.treemath import (best_trees, expected_tokens_parents, expected_tokens_tree, optimal_tree,
+from exactspec.speed.treemath import (best_trees, expected_tokens_parents, expected_tokens_tree, optimal_tree,
                                 shape_parents, tree_depths)
 
 

@@ -58,7 +58,7 @@ def test_tree_sampling_matches_exact_target_distribution(case):
 def test_chi_square_detects_the_wrong_residuals_for_siblings(monkeypatch):
     """Verifying without-replacement siblings as if they were i.i.d. draws (the wrong residual) must fail
     the same test: it has the power to see a tree-specific error."""
-    import exactspec.trees as trees
+    import exactspec.engine.trees as trees
 
     real = trees.verify_candidates
     monkeypatch.setattr(trees, "verify_candidates", lambda *a, **k: real(*a, **{**k, "scheme": "iid"}))

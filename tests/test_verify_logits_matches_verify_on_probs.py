@@ -8,8 +8,9 @@ import hashlib
 import pytest
 import torch
 
-from exactspec import exact, probs_from_logits, sample_from_probs, verify, verify_logits
-from exactspec.acceptance import expected_accepted_block
+from exactspec import probs_from_logits, sample_from_probs, verify, verify_logits
+from exactspec.verification import exact
+from exactspec.speed.acceptance import expected_accepted_block
 from test_sampled_rules_match_target_distribution import (P_MIN, Table, chi2_p, expected_vector,
                                                           extend_and_count)
 

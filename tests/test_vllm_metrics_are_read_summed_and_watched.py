@@ -12,8 +12,8 @@ import threading
 import pytest
 
 from exactspec.cli import main
-from exactspec.enginemetrics import extrapolate, parse_spec_counters, summarize
-from exactspec.speedup import walltime_speedup
+from exactspec.deploy.enginemetrics import extrapolate, parse_spec_counters, summarize
+from exactspec.speed.speedup import walltime_speedup
 
 HEAD = """# HELP vllm:num_requests_running Number of requests in model execution batches.
 # TYPE vllm:num_requests_running gauge

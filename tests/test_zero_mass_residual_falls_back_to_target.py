@@ -6,8 +6,8 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from exactspec.candidates import mrrs_residual
-from exactspec.rules import _emit, residual_is_empty, residual_or_p
+from exactspec.verification.candidates import mrrs_residual
+from exactspec.verification.rules import _emit, residual_is_empty, residual_or_p
 
 N = 100_000
 P_MIN = 1e-3

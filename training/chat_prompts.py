@@ -2,7 +2,7 @@
 
 The target answers these prompts itself (greedy and sampled); the draft is distilled on those answers with the
 target's own logits. A prompt's split is a hash of its text, so adding prompts never moves an old one. The
-held-out split is shipped with the pair (`exactspec/smollm2_pair/prompts.json`) for the demo and the bench;
+held-out split is shipped with the pair (`exactspec/pairs/smollm2_pair/prompts.json`) for the demo and the bench;
 a separate, hand-written unseen set lives in `benchmarks/prompts/unseen_chat.json` and is never trained on.
 """
 from __future__ import annotations

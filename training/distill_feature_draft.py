@@ -1,4 +1,4 @@
-"""Distil a feature draft (EAGLE-style, `exactspec.featuredraft`) for SmolLM2-135M-Instruct.
+"""Distil a feature draft (EAGLE-style, `exactspec.pairs.featuredraft`) for SmolLM2-135M-Instruct.
 
 Reads the answers `distill_smollm2.py --stage gen` wrote under --work (the target's own answers to the
 training and held-out chat prompts, with its top-64 log-probabilities at every answer position), then:
@@ -35,7 +35,7 @@ EXPORT = HERE.parent / "src" / "exactspec" / "smollm2_pair"
 
 
 def stage_feats(work, which, batch=8):
-    from exactspec.smollm2 import load_target
+    from exactspec.pairs.smollm2 import load_target
 
     target, _ = load_target()
     out = work / f"feat_{which}"
@@ -68,7 +68,7 @@ def stage_text(work, minutes, batch, chunk_tokens, seed):
     placed as an assistant answer: the target's top-64 log-probs (gen_tf/) and features (feat_tf/), one pass."""
     from distill_smollm2 import TOPK, text_chunks
 
-    from exactspec.smollm2 import load_target
+    from exactspec.pairs.smollm2 import load_target
 
     target, tok = load_target()
     (work / "gen_tf").mkdir(parents=True, exist_ok=True)
@@ -174,8 +174,8 @@ def quick_alpha(draft, rows, slot, batch=16):
 def stage_train(work, args):
     from safetensors.torch import load_file
 
-    from exactspec.featuredraft import FeatureDraft
-    from exactspec.smollm2 import PAIR_DIR, load_target
+    from exactspec.pairs.featuredraft import FeatureDraft
+    from exactspec.pairs.smollm2 import PAIR_DIR, load_target
 
     torch.manual_seed(args.seed)
     target, _ = load_target()
@@ -288,7 +288,7 @@ def evaluate(target, draft, rows, batch=8):
 
 
 def stage_export(work, target, draft, state, args):
-    from exactspec.featuredraft import save_feature_draft
+    from exactspec.pairs.featuredraft import save_feature_draft
 
     held = load_rows(work, "heldout")
     parts = {k: [r for r in held if r["sampled"] == s] for k, s in (("greedy_answers", False), ("sampled_answers", True))}

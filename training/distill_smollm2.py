@@ -10,7 +10,7 @@ Stages (each cached under --work; a rerun resumes):
   3. train    the draft: the target's token embedding (frozen, borrowed at load time), layers initialised from
               the target's first layers, a head over the subset initialised from the embedding rows; loss =
               cross-entropy against the target's top-64 distribution (forward KL up to a constant).
-  4. export   fp16 safetensors + config into src/exactspec/smollm2_pair/, with a report: held-out
+  4. export   fp16 safetensors + config into src/exactspec/pairs/smollm2_pair/, with a report: held-out
               alpha = sum min(p, q) and greedy agreement on the held-out prompts' answers.
 
     python training/distill_smollm2.py --gen-minutes 20 --train-minutes 40
@@ -38,13 +38,13 @@ TOPK = 64
 
 
 def chat_ids(tok, prompts):
-    from exactspec.pairs import chat_prompt  # the same rendering the demo and the bench use
+    from exactspec.pairs.load import chat_prompt  # the same rendering the demo and the bench use
 
     return tok([chat_prompt(tok, p) for p in prompts], return_tensors="pt", padding=True, add_special_tokens=False)
 
 
 def stage_gen(work, which, minutes, batch, max_new, seed):
-    from exactspec.smollm2 import load_target
+    from exactspec.pairs.smollm2 import load_target
 
     out = work / f"gen_{which}"
     out.mkdir(parents=True, exist_ok=True)
@@ -127,7 +127,7 @@ def text_chunks(tok, chunk_tokens, seed):
 
 def stage_teacher(work, minutes, batch, chunk_tokens, seed):
     """The target's top-64 log-probs over off-policy text, each chunk placed as an assistant answer."""
-    from exactspec.smollm2 import load_target
+    from exactspec.pairs.smollm2 import load_target
 
     out = work / "gen_tf"
     out.mkdir(parents=True, exist_ok=True)
@@ -165,7 +165,7 @@ def stage_vocab(work, size):
     path = work / f"vocab_{size}.pt"
     if path.exists():
         return torch.load(path)
-    from exactspec.smollm2 import load_target
+    from exactspec.pairs.smollm2 import load_target
 
     _, tok = load_target()
     mass = torch.zeros(len(tok))
@@ -242,7 +242,7 @@ def quick_alpha(draft, rows, slot, batch=16):
 
 
 def stage_train(work, minutes, vocab, layers, batch, lr, seed, init=None, tag="", chat_weight=1):
-    from exactspec.smollm2 import build_draft, load_target
+    from exactspec.pairs.smollm2 import build_draft, load_target
 
     target, _ = load_target()
     init_state = None
@@ -358,7 +358,7 @@ def evaluate(target, draft, rows, batch=8):
 def stage_export(work, target, draft, state, args):
     from safetensors.torch import save_file
 
-    from exactspec.smollm2 import draft_state, load_draft
+    from exactspec.pairs.smollm2 import draft_state, load_draft
 
     held, held_self = load_shards(work, "heldout"), load_shards(work, "self_heldout")
     train, tf = load_shards(work, "train") + load_shards(work, "self_train"), load_shards(work, "tf")

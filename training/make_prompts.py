@@ -2,7 +2,7 @@
 
 A prompt is the text of a held-out file up to and including the header line of a function (`def ...:`),
 trimmed at the front to at most --max-tokens tokens on a line boundary, so the model's job is to write the
-function body. The prompts are stored in `src/exactspec/demo_pair/prompts.json` (with the file name, the
+function body. The prompts are stored in `src/exactspec/pairs/demo_pair/prompts.json` (with the file name, the
 line number and the file's sha256 from the manifest), so the demo and the benchmark do not depend on the
 user's own Python installation.
 

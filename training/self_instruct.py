@@ -98,7 +98,7 @@ def _clean(line: str) -> str | None:
 def generate(n: int, minutes: float, seed: int, batch: int = 32, max_new: int = 60) -> list[str]:
     """Up to `n` new prompts written by the target (see the module doc), in `minutes` at most."""
     sys.path.insert(0, str(HERE.parent / "src"))
-    from exactspec.smollm2 import load_target
+    from exactspec.pairs.smollm2 import load_target
 
     target, tok = load_target()
     tok.padding_side = "left"

@@ -11,7 +11,7 @@ Stages (each cached under --work, so a rerun resumes where it stopped):
   4. train      target and draft trained together on the same batches; the draft's loss mixes the data's
                 cross-entropy with KL(target || draft), using the target logits the step already computed,
                 so the draft is distilled towards the target it will have to agree with
-  5. export     fp16 safetensors + config + tokenizer into src/exactspec/demo_pair/{target,draft}
+  5. export     fp16 safetensors + config + tokenizer into src/exactspec/pairs/demo_pair/{target,draft}
   6. distill    (optional, `--distill MINUTES`) the target frozen, the draft alone trained further on
                 KL(target || draft): a distillation step costs one no-grad target forward instead of the
                 target's forward + backward, so the draft sees ~2-3x more batches per minute. Resumable

@@ -1,18 +1,17 @@
 """exactspec: exact speculative decoding, with its mathematics made executable.
 
-Public API (imported lazily so that `exactspec explain` starts fast):
+Public API, imported lazily so that `exactspec explain` starts fast. The code lives in sub-packages, one per
+stage of the data path (docs/ARCHITECTURE.md is the map); every public name is also here, flat:
 
-- sampling:   probs_from_logits
-- rules:      verify, Verdict, verify_logits (module `rules`, so that `exactspec.verify` is always the function)
-- candidates: verify_candidates, verify_tree, TokenTree
-- speedup:    acceptance_rate, expected_tokens, walltime_speedup, optimal_gamma,
-              speedup_limit, ops_factor, speculation_helps, expected_tokens_tree, optimal_tree
-- costmodel:  CostModel
-- acceptance: expected_accepted_token_rule, expected_accepted_block, multi_draft_acceptance
-- decoding:   SpeculativeGenerator
-- demo:       load_demo_pair
-- pairs:      load_pair ("stdlib" = the demo pair, "smollm2" = SmolLM2-135M-Instruct and its distilled draft),
-              draft_in_dtype (a draft cast without touching what it shares with its target)
+- verification/ (pure tensors): probs_from_logits, sample_from_probs, verify, Verdict, verify_logits,
+  verify_candidates, verify_tree, TokenTree, TreeVerdict
+- speed/ (the mathematics of speed): acceptance_rate, expected_tokens, walltime_speedup, optimal_gamma,
+  speedup_limit, ops_factor, speculation_helps, mixed_length_speedup, end_to_end_speedup, predict,
+  expected_tokens_tree, optimal_tree, expected_accepted_token_rule, expected_accepted_block,
+  multi_draft_acceptance, CostModel, GenerationStats
+- engine/ (the loop): SpeculativeGenerator, GenerationOutput, StreamStep, GenerationStream,
+  DraftModelDrafter, PromptLookupDrafter
+- pairs/ (shipped models): load_pair ("stdlib" = the demo pair, "smollm2"), load_demo_pair, draft_in_dtype
 """
 from __future__ import annotations
 
@@ -21,41 +20,41 @@ import importlib
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "probs_from_logits": "sampling",
-    "sample_from_probs": "sampling",
-    "verify": "rules",
-    "Verdict": "rules",
-    "verify_logits": "rules",
-    "verify_candidates": "candidates",
-    "verify_tree": "candidates",
-    "TokenTree": "candidates",
-    "TreeVerdict": "candidates",
-    "acceptance_rate": "speedup",
-    "expected_tokens": "speedup",
-    "walltime_speedup": "speedup",
-    "optimal_gamma": "speedup",
-    "speedup_limit": "speedup",
-    "ops_factor": "speedup",
-    "mixed_length_speedup": "speedup",
-    "end_to_end_speedup": "speedup",
-    "predict": "prediction",
-    "speculation_helps": "speedup",
-    "expected_tokens_tree": "treemath",
-    "optimal_tree": "treemath",
-    "expected_accepted_token_rule": "acceptance",
-    "expected_accepted_block": "acceptance",
-    "multi_draft_acceptance": "acceptance",
-    "CostModel": "costmodel",
-    "SpeculativeGenerator": "decoding",
-    "GenerationOutput": "decoding",
-    "GenerationStats": "stats",
-    "StreamStep": "decoding",
-    "GenerationStream": "decoding",
-    "DraftModelDrafter": "drafters",
-    "PromptLookupDrafter": "drafters",
-    "load_demo_pair": "demo",
-    "load_pair": "pairs",
-    "draft_in_dtype": "pairs",
+    "probs_from_logits": "verification.sampling",
+    "sample_from_probs": "verification.sampling",
+    "verify": "verification.rules",
+    "Verdict": "verification.rules",
+    "verify_logits": "verification.rules",
+    "verify_candidates": "verification.candidates",
+    "verify_tree": "verification.candidates",
+    "TokenTree": "verification.candidates",
+    "TreeVerdict": "verification.candidates",
+    "acceptance_rate": "speed.speedup",
+    "expected_tokens": "speed.speedup",
+    "walltime_speedup": "speed.speedup",
+    "optimal_gamma": "speed.speedup",
+    "speedup_limit": "speed.speedup",
+    "ops_factor": "speed.speedup",
+    "mixed_length_speedup": "speed.speedup",
+    "end_to_end_speedup": "speed.speedup",
+    "predict": "speed.prediction",
+    "speculation_helps": "speed.speedup",
+    "expected_tokens_tree": "speed.treemath",
+    "optimal_tree": "speed.treemath",
+    "expected_accepted_token_rule": "speed.acceptance",
+    "expected_accepted_block": "speed.acceptance",
+    "multi_draft_acceptance": "speed.acceptance",
+    "CostModel": "speed.costmodel",
+    "SpeculativeGenerator": "engine.decoding",
+    "GenerationOutput": "engine.decoding",
+    "GenerationStats": "speed.stats",
+    "StreamStep": "engine.decoding",
+    "GenerationStream": "engine.decoding",
+    "DraftModelDrafter": "engine.drafters",
+    "PromptLookupDrafter": "engine.drafters",
+    "load_demo_pair": "pairs.stdlib",
+    "load_pair": "pairs.load",
+    "draft_in_dtype": "pairs.load",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

@@ -4,7 +4,7 @@ Each subcommand lives in its own module exposing `register(subparsers)`, which a
 `func` to a callable taking the parsed namespace and returning an exit code.
 
 Errors: every expected error (bad option values, conflicting options, missing files, bad input found by
-the library's validation layer, :mod:`exactspec.checks`) is ONE line on stderr,
+the library's validation layer, :mod:`exactspec.verification.checks`) is ONE line on stderr,
 ``exactspec <cmd>: error: ...``, and exit status 2. Anything else is a bug and keeps its traceback.
 Option values are checked by the argparse ``type=`` checkers below, at parse time, before any model loads.
 """
@@ -75,7 +75,7 @@ SEED = integer(0, 2**63 - 1)  # a torch.Generator seed; commands add small offse
 
 def device(text: str) -> str:
     """`type=` for --device: a device this torch build has (imports torch)."""
-    from exactspec.checks import check_device
+    from exactspec.verification.checks import check_device
 
     try:
         check_device("device", text)
@@ -86,7 +86,7 @@ def device(text: str) -> str:
 
 def pair(text: str) -> str:
     """`type=` for --pair: a shipped pair's canonical name ("demo" is "stdlib")."""
-    from exactspec.pairs import pair_name
+    from exactspec.pairs.load import pair_name
 
     try:
         return pair_name(text)
@@ -101,13 +101,13 @@ DRAFT_DTYPE_HELP = ("run the draft in this dtype: float32, float16 or bfloat16 (
 
 
 def cast_draft(draft, dtype: str | None, target=None):
-    """--draft-dtype: `draft` in `dtype` (:func:`exactspec.pairs.draft_in_dtype`), or as it is for None; a
+    """--draft-dtype: `draft` in `dtype` (:func:`exactspec.pairs.load.draft_in_dtype`), or as it is for None; a
     ValueError naming --draft-dtype when there is no draft model to cast."""
     if dtype is None:
         return draft
     if draft is None:
         raise ValueError("--draft-dtype needs a draft model (not --prompt-lookup)")
-    from exactspec.pairs import draft_in_dtype
+    from exactspec.pairs.load import draft_in_dtype
 
     return draft_in_dtype(draft, dtype, target)
 

@@ -66,8 +66,8 @@ def _load(args: argparse.Namespace, pair: str | None):
     import contextlib
     import io
 
-    from exactspec.demo import load_pair
-    from exactspec.pairs import load_pair as load_named
+    from exactspec.pairs.stdlib import load_pair
+    from exactspec.pairs.load import load_pair as load_named
 
     with contextlib.redirect_stderr(io.StringIO()):  # transformers' GGUF loader draws a plain tqdm bar there
         return load_named(pair) if pair else load_pair(args.target, args.draft)
@@ -85,8 +85,8 @@ def _check_out_dir(out: str) -> None:
 
 
 def _check_systems(systems: str | None, gamma_n: int, gammas, trees=()) -> None:
-    """Every --systems entry must select some system (names as exactspec.bench.build_systems makes them)."""
-    from exactspec.bench import system_names
+    """Every --systems entry must select some system (names as exactspec.bench.bench.build_systems makes them)."""
+    from exactspec.bench.bench import system_names
 
     if systems is None:
         return
@@ -104,10 +104,10 @@ def run(args: argparse.Namespace) -> int:
     from rich.markdown import Markdown
     from rich.progress import Progress
 
-    from exactspec.bench import BenchConfig, load_prompts, run_bench
+    from exactspec.bench.bench import BenchConfig, load_prompts, run_bench
     from exactspec.cli import parse_gamma, parse_tree
-    from exactspec.pairs import chat_prompt, is_chat, pair_prompts
-    from exactspec.report import bench_markdown, write_bench
+    from exactspec.pairs.load import chat_prompt, is_chat, pair_prompts
+    from exactspec.bench.report import bench_markdown, write_bench
 
     gamma, gammas = parse_gamma(args.gamma), _gammas(args.gammas)
     if args.top_p <= 0:

@@ -34,8 +34,8 @@ def run(args: argparse.Namespace) -> int:
     from rich.text import Text
 
     from exactspec.cli import parse_gamma
-    from exactspec.demo import run_demo
-    from exactspec.pairs import chat_prompt, is_chat, load_pair, pair_prompts
+    from exactspec.bench.demo import run_demo
+    from exactspec.pairs.load import chat_prompt, is_chat, load_pair, pair_prompts
 
     args.gamma = parse_gamma(args.gamma)
     pair = args.pair

@@ -21,7 +21,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from exactspec.explain import explain_position, parse_distribution, render
+    from exactspec.verification.explain import explain_position, parse_distribution, render
 
     target = parse_distribution(args.target, "--target", args.normalize)
     draft = parse_distribution(args.draft, "--draft", args.normalize)

@@ -66,13 +66,13 @@ def load_models(args):
     """(target, draft or None, tokenizer) for the parsed arguments, offline only."""
     from transformers.utils import logging as hf_logging
 
-    from exactspec.demo import load_pair
+    from exactspec.pairs.stdlib import load_pair
 
     hf_logging.disable_progress_bar()  # stderr stays for errors
     if args.prompt_lookup:  # no draft to cast: --draft-dtype is refused before any model loads
         cast_draft(None, args.draft_dtype)
     if args.pair is not None:
-        from exactspec.pairs import is_chat, load_pair as load_named
+        from exactspec.pairs.load import is_chat, load_pair as load_named
 
         name = args.pair
         if args.target or args.draft:
@@ -93,7 +93,7 @@ def load_models(args):
 
 def chat_prompt(tok, prompt: str) -> str:
     """`prompt` as one user turn in the tokenizer's chat template, ready for the assistant's answer."""
-    from exactspec.pairs import chat_prompt as render
+    from exactspec.pairs.load import chat_prompt as render
 
     try:
         return render(tok, prompt)
@@ -140,9 +140,9 @@ def run(args) -> int:
     from rich.text import Text
 
     from exactspec.cli import parse_gamma, parse_tree
-    from exactspec.decoding import SpeculativeGenerator
-    from exactspec.drafters import PromptLookupDrafter
-    from exactspec.text import styled_pieces, token_kinds
+    from exactspec.engine.decoding import SpeculativeGenerator
+    from exactspec.engine.drafters import PromptLookupDrafter
+    from exactspec.engine.text import styled_pieces, token_kinds
 
     gamma = parse_gamma(args.gamma)
     empty = [i + 1 for i, text in enumerate(args.prompts) if not text]

@@ -1,8 +1,8 @@
 """`exactspec plan`: plan a deployment offline, or read a vLLM server's live speculative-decoding counters.
 
 Offline: the target writes continuations of your prompts, one teacher-forced pass of target and draft
-measures the acceptance (exactspec.offline), and the cost (a profile from `exactspec profile`, or the
-paper's scalar c) prices every gamma (exactspec.plan). Live: `--vllm-metrics URL|FILE` (exactspec.enginemetrics).
+measures the acceptance (exactspec.deploy.offline), and the cost (a profile from `exactspec profile`, or the
+paper's scalar c) prices every gamma (exactspec.deploy.plan). Live: `--vllm-metrics URL|FILE` (exactspec.deploy.enginemetrics).
 """
 from __future__ import annotations
 
@@ -70,10 +70,10 @@ def run(args) -> int:
 
 # ------------------------------------------------------------------------------------------ offline
 def _offline(args, sizes) -> int:
-    from exactspec.offline import measure_acceptance
-    from exactspec.pairs import chat_prompt, is_chat
-    from exactspec.plan import engine_configs, plan_offline
-    from exactspec.treepolicy import AUTO_MAX_BRANCH  # sibling ranks to measure: tree="auto" branches at most so
+    from exactspec.deploy.offline import measure_acceptance
+    from exactspec.pairs.load import chat_prompt, is_chat
+    from exactspec.deploy.plan import engine_configs, plan_offline
+    from exactspec.engine.treepolicy import AUTO_MAX_BRANCH  # sibling ranks to measure: tree="auto" branches at most so
 
     target_path, draft_path = _paths(args)
     if not args.prompts:
@@ -99,10 +99,10 @@ def _offline(args, sizes) -> int:
                        "draft": draft_path}
     out["notes"] = notes + ["acceptance measured offline: the target wrote the texts, one teacher-forced pass "
                             "of each model scored them, and the speculative loop was replayed over them in "
-                            "expectation (exactspec.offline)"]
+                            "expectation (exactspec.deploy.offline)"]
     if "tree" in out:
         out["notes"].append("trees: acceptance per (depth, sibling rank) from the same pass, weighted where a "
-                            "chain's steps reach (exactspec.offlinetrees); vLLM and SGLang run chains here: "
+                            "chain's steps reach (exactspec.deploy.offlinetrees); vLLM and SGLang run chains here: "
                             "the tree applies to exactspec (tree='auto')")
     if args.pair == "smollm2" and not args.prompt_lookup:
         out["notes"].append("the smollm2 draft is exactspec's own format (2 layers that borrow the target's "
@@ -116,13 +116,13 @@ def _offline(args, sizes) -> int:
 
 def pair_paths(name: str) -> tuple[str, str]:
     """Where a shipped pair's target and draft live (what the emitted engine configs name)."""
-    from exactspec.pairs import pair_name
+    from exactspec.pairs.load import pair_name
 
     if pair_name(name) == "smollm2":
-        from exactspec import smollm2
+        from exactspec.pairs import smollm2
 
         return str(smollm2.gguf_path()), str(smollm2.PAIR_DIR)
-    from exactspec.demo import PAIR_DIR
+    from exactspec.pairs.stdlib import PAIR_DIR
 
     return str(PAIR_DIR / "target"), str(PAIR_DIR / "draft")
 
@@ -147,8 +147,8 @@ def _load(target_path, draft_path, pair=None):
 
     from transformers.utils import logging as hf_logging
 
-    from exactspec.demo import load_pair
-    from exactspec.pairs import load_pair as load_named
+    from exactspec.pairs.stdlib import load_pair
+    from exactspec.pairs.load import load_pair as load_named
 
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
@@ -204,7 +204,7 @@ def _batch_sizes(text: str | None) -> list[int] | None:
 
 def _costs(args, sizes, target=None, draft=None) -> tuple[list, list[str]]:
     """[(batch size, cost)] and notes. Offline without a cost: measured here (bare forwards)."""
-    from exactspec.costprofile import CostProfile
+    from exactspec.deploy.costprofile import CostProfile
 
     lookup = bool(getattr(args, "prompt_lookup", False))
     if args.cost is not None:
@@ -226,8 +226,8 @@ def _costs(args, sizes, target=None, draft=None) -> tuple[list, list[str]]:
 
 # --------------------------------------------------------------------------------------------- live
 def _live(args, sizes) -> int:
-    from exactspec.enginemetrics import parse_spec_counters, read_metrics, summarize
-    from exactspec.plan import plan_from_counters
+    from exactspec.deploy.enginemetrics import parse_spec_counters, read_metrics, summarize
+    from exactspec.deploy.plan import plan_from_counters
 
     costs, notes = _costs(args, sizes)
 

@@ -30,7 +30,7 @@ def run(args) -> int:
     from transformers.utils import logging as hf_logging
 
     from exactspec.cli.plan import _batch_sizes, _load, pair_paths
-    from exactspec.costprofile import CostProfile
+    from exactspec.deploy.costprofile import CostProfile
 
     if args.pair and (args.target or args.draft):
         raise ValueError("--pair replaces --target/--draft; give one or the other")
@@ -50,7 +50,7 @@ def run(args) -> int:
         target, draft, _ = _load(target_path, draft_path, args.pair)
         target, draft = target.to(args.device), draft.to(args.device)
     else:
-        from exactspec.demo import load_pair
+        from exactspec.pairs.stdlib import load_pair
 
         target, draft, _ = load_pair(target_path, draft_path, device=args.device)
     prof = CostProfile.measure(target, draft, batch_sizes=sizes, prompt_len=args.prompt_len, repeats=args.repeats,

@@ -1,6 +1,6 @@
 """`exactspec speedup`: is speculation worth it for this pair, and with which gamma?
 
-Thin: parses arguments, calls exactspec.speedup / exactspec.costmodel, and formats the result.
+Thin: parses arguments, calls exactspec.speed.speedup / exactspec.speed.costmodel, and formats the result.
 """
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ def _alpha(args) -> float | list[float]:
 
 def compute(alpha, cost, gamma_max: int) -> dict:
     """Everything the command prints, as plain data (also the --json payload, less formatting)."""
-    from exactspec import speedup as sp
+    from exactspec.speed import speedup as sp
 
     if gamma_max < 1:
         raise ValueError(f"--gamma-max must be >= 1, got {gamma_max}")
@@ -85,7 +85,7 @@ def compute(alpha, cost, gamma_max: int) -> dict:
 
 
 def run(args) -> int:
-    from exactspec.costmodel import CostModel
+    from exactspec.speed.costmodel import CostModel
 
     alpha = None if (args.tree and args.rank_acceptance) else _alpha(args)
     if args.plot:
@@ -151,7 +151,7 @@ def _print_table(res: dict, args) -> None:
 
 
 def _t1(cost_dict: dict) -> float:
-    from exactspec.costmodel import CostModel
+    from exactspec.speed.costmodel import CostModel
 
     return CostModel.from_dict(cost_dict).t_target(1)
 
@@ -196,8 +196,8 @@ def _rank_acceptance(args) -> list[list[float]]:
 
 def compute_tree(acceptance, cost, max_nodes: int) -> dict:
     """The best tree per node budget beside the best chain of at most as many tokens (plain data)."""
-    from exactspec import speedup as sp
-    from exactspec.treemath import best_trees
+    from exactspec.speed import speedup as sp
+    from exactspec.speed.treemath import best_trees
 
     if max_nodes < 1:
         raise ValueError(f"--max-nodes must be >= 1, got {max_nodes}")

@@ -1,0 +1,382 @@
+"""Side-by-side benchmark: target alone, Hugging Face assisted generation, exactspec's rules and drafters.
+
+Every system decodes the same prompts with the same settings; runs are interleaved (A B C A B C ...) so that a
+noisy, shared machine slows all systems alike; tokens/s are per-system medians over repeats, and every
+speedup is the median over repeats of the ratio within a repeat (paired, so drift between repeats cancels). EOS does not
+stop any system (all produce exactly `max_new_tokens` per row), so tokens/s compare like with like.
+
+Systems are typed records (:class:`System`: kind, gamma, rule, drafter), never parsed back from their
+display names. A sweep of fixed draft lengths (``gammas``) runs next to ``gamma="auto"``, and the report's
+``summary`` puts the best fixed gamma beside auto.
+
+For each exactspec system the speedup *predicted* from a `CostModel` and the run's measured per-position
+acceptance (:func:`exactspec.speed.prediction.predict`, the one prediction path) is put next to the measured one,
+twice:
+
+- ``predicted_speedup``: the cost model calibrated on untimed calls of the loop (`CostModel.calibrate`: a
+  draft step as it costs inside the loop, and the loop's per-step overhead), each made just before the
+  timed call it prices; one prediction per repeat, and their median;
+- ``predicted_speedup_forwards``: bare forward passes only (`CostModel.measure`), as the paper's analysis
+  prices a step. The gap between the two is what our loop adds to the forward passes.
+"""
+from __future__ import annotations
+
+import json
+import pathlib
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from exactspec.bench.benchcalibration import (calibrated, median, plain_calibration_call, predicted_speedup, prediction_errors, predictions_by_repeat)
+from exactspec.engine.baseline import target_alone_loop
+from exactspec.speed.stats import GenerationStats
+
+BASELINE = "target (HF generate)"
+LOOP = "target (exactspec loop)"
+
+
+@dataclass
+class BenchConfig:
+    """What to run. `systems=None` runs every system that applies to the batch size; `gammas` are the fixed
+    draft lengths of the token rule's sweep (default: `gamma`, or 4 when `gamma` is "auto")."""
+
+    prompts: list[str]
+    max_new_tokens: int = 64
+    temperature: float = 0.0
+    top_p: float = 1.0  # nucleus filter of every system when sampling (1 = off)
+    gamma: int | str = 4
+    batch_size: int = 1
+    repeats: int = 3
+    seed: int = 0
+    systems: list[str] | None = None
+    gammas: tuple[int, ...] | None = None
+    trees: tuple = ("auto",)  # tree speculation systems: branching tuples, node budgets, "auto"
+
+
+@dataclass
+class System:
+    """One benchmarked system. `kind`: "hf" (transformers generate), "loop" (our target-alone loop),
+    "assisted" (transformers assisted generation), "hf_lookup" (its prompt lookup) or "exactspec"; `drafter`: "model" or "prompt_lookup";
+    `tree`: set for tree speculation (replaces gamma); `run(input_ids, attention_mask, seed) -> (new tokens,
+    GenerationStats or None, the new token ids [B, N])`."""
+
+    name: str
+    kind: str
+    run: Callable = field(repr=False, compare=False)
+    gamma: int | str | None = None
+    method: str | None = None
+    drafter: str | None = None
+    tree: tuple | int | str | None = None  # tree speculation: branching factors, a node budget or "auto"
+
+
+def load_prompts(path: str | pathlib.Path) -> list[str]:
+    """Prompts from a file: JSON (a list of strings, or {"prompts": [str | {"text": str}]}) or plain text
+    with one prompt per blank-line-separated block."""
+    text = pathlib.Path(path).read_text(encoding="utf-8")
+    if str(path).endswith(".json"):
+        data = json.loads(text)
+        items = data["prompts"] if isinstance(data, dict) else data
+        prompts = [p["text"] if isinstance(p, dict) else p for p in items]
+    else:
+        prompts = [b.strip("\n") for b in text.split("\n\n") if b.strip()]
+    if not prompts or not all(isinstance(p, str) and p.strip() for p in prompts):
+        raise ValueError(f"--prompts {path}: no prompts, or an empty one")
+    return prompts
+
+
+@dataclass
+class SystemResult:
+    name: str
+    times: list[float] = field(default_factory=list)  # seconds per repeat (all prompt batches)
+    tokens: list[int] = field(default_factory=list)  # new tokens per repeat
+    stats_by_repeat: dict = field(default_factory=dict)  # repeat -> exactspec GenerationStats per call
+
+    @property
+    def stats(self) -> list:
+        """The last repeat's GenerationStats, one per call (what the report's acceptance figures read)."""
+        return self.stats_by_repeat[max(self.stats_by_repeat)] if self.stats_by_repeat else []
+
+    @property
+    def tokens_per_second(self) -> float:
+        return statistics.median(n / t for n, t in zip(self.tokens, self.times))
+
+    def ratios_to(self, other: "SystemResult") -> list[float]:
+        """This system's tokens/s over `other`'s, repeat by repeat (the two were timed interleaved)."""
+        return [(n / t) / (n0 / t0) for n, t, n0, t0 in zip(self.tokens, self.times, other.tokens, other.times)]
+
+    def speedup_over(self, other: "SystemResult") -> float:
+        """The median of :meth:`ratios_to`: a repeat's systems ran side by side, prompt batch by prompt batch,
+        so a ratio within one repeat cancels the machine's drift between repeats, which a ratio of two
+        medians taken from different repeats does not."""
+        return statistics.median(self.ratios_to(other))
+
+
+def _batches(tokenizer, prompts: list[str], batch_size: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    tokenizer.padding_side = "left"
+    out = []
+    for i in range(0, len(prompts), batch_size):
+        enc = tokenizer(prompts[i:i + batch_size], return_tensors="pt", padding=True)
+        out.append((enc["input_ids"], enc["attention_mask"]))
+    return out
+
+
+def _hf_kwargs(cfg: BenchConfig, tokenizer) -> dict:
+    sample = cfg.temperature > 0
+    kw = dict(max_new_tokens=cfg.max_new_tokens, min_new_tokens=cfg.max_new_tokens, do_sample=sample,
+              pad_token_id=tokenizer.pad_token_id)
+    if sample:
+        kw.update(temperature=cfg.temperature, top_k=0, top_p=cfg.top_p)
+    return kw
+
+
+def system_names(gamma_n: int, gammas=None, trees=()) -> list[str]:
+    """Every system's name, in the order :func:`build_systems` runs them (all batch sizes)."""
+    return [BASELINE, LOOP, f"HF assisted (γ={gamma_n})", f"HF prompt lookup (γ={gamma_n})"] + \
+        [f"exactspec token (γ={g})" for g in (gammas or (gamma_n,))] + \
+        [f"exactspec block (γ={gamma_n})", "exactspec token (γ=auto)", "exactspec block (γ=auto)",
+         f"exactspec prompt lookup (γ={gamma_n})", "exactspec prompt lookup (γ=auto)"] + \
+        [tree_system_name(t) for t in trees]
+
+
+def build_systems(target, draft, tokenizer, cfg: BenchConfig, cost_model) -> dict[str, System]:
+    """name -> :class:`System`, in the order they run (interleaved)."""
+    from exactspec.engine.decoding import SpeculativeGenerator
+
+    hf_kw = _hf_kwargs(cfg, tokenizer)
+    gamma_n = cfg.gamma if isinstance(cfg.gamma, int) else 4
+    gammas = cfg.gammas or (gamma_n,)
+    spec_kw = dict(max_new_tokens=cfg.max_new_tokens, do_sample=cfg.temperature > 0,
+                   temperature=max(cfg.temperature, 0.0), top_k=0, top_p=cfg.top_p,  # as hf_kw
+                   eos_token_id=[], pad_token_id=tokenizer.pad_token_id)
+
+    def hf(ids, mask, seed, **extra):
+        torch.manual_seed(seed)
+        out = target.generate(ids, attention_mask=mask, **hf_kw, **extra)
+        return (out.shape[1] - ids.shape[1]) * ids.shape[0], None, out[:, ids.shape[1]:]
+
+    def loop(ids, mask, seed, timings=None):
+        toks = target_alone_loop(target, ids, mask, max_new_tokens=cfg.max_new_tokens,
+                                 temperature=cfg.temperature, seed=seed, top_p=cfg.top_p, timings=timings)
+        return toks.numel(), None, toks
+
+    def ours(name, gamma, method="token", drafter="model", tree=None):
+        # One generator per system: gamma="auto" carries what it learns from run to run per generator.
+        gen = SpeculativeGenerator(target, draft, cost_model=cost_model) if drafter == "model" else \
+            SpeculativeGenerator(target, drafter="prompt_lookup")
+
+        def run(ids, mask, seed):
+            out = gen.generate(ids, attention_mask=mask, seed=seed, method=method, **spec_kw,
+                               **({"tree": tree} if tree is not None else {"gamma": gamma}))
+            return out.stats.new_tokens, out.stats, out.sequences[:, ids.shape[1]:]
+        return System(name, "exactspec", run, gamma, method, drafter, tree)
+
+    systems = [System(BASELINE, "hf", hf), System(LOOP, "loop", loop)]
+    if cfg.batch_size == 1 and not _feature(draft):  # HF assisted: batch size 1 only, token drafts only
+        systems.append(System(f"HF assisted (γ={gamma_n})", "assisted", lambda ids, mask, seed: hf(
+            ids, mask, seed, assistant_model=draft, num_assistant_tokens=gamma_n,
+            num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.0), gamma_n))
+        systems.append(System(f"HF prompt lookup (γ={gamma_n})", "hf_lookup", lambda ids, mask, seed: hf(
+            ids, mask, seed, prompt_lookup_num_tokens=gamma_n), gamma_n, drafter="prompt_lookup"))
+    systems += [ours(f"exactspec token (γ={g})", g) for g in gammas]
+    systems += [ours(f"exactspec block (γ={gamma_n})", gamma_n, "block"),
+                ours("exactspec token (γ=auto)", "auto"),
+                ours("exactspec block (γ=auto)", "auto", "block"),
+                ours(f"exactspec prompt lookup (γ={gamma_n})", gamma_n, drafter="prompt_lookup"),
+                ours("exactspec prompt lookup (γ=auto)", "auto", drafter="prompt_lookup")]
+    systems += [ours(tree_system_name(t), None, tree=t) for t in cfg.trees if not _feature(draft)]
+    if cfg.systems:
+        systems = [s for s in systems if s.kind == "hf" or any(x.lower() in s.name.lower() for x in cfg.systems)]
+    return {s.name: s for s in systems}
+
+
+def _feature(draft) -> bool:
+    from exactspec.pairs.featuredraft import FeatureDraft
+
+    return isinstance(draft, FeatureDraft)
+
+
+def tree_system_name(tree) -> str:
+    """"exactspec tree (3,2,1,1)", "exactspec tree (n=12)" (dynamic) or "exactspec tree (auto)"."""
+    label = ",".join(map(str, tree)) if isinstance(tree, tuple) else f"n={tree}" if isinstance(tree, int) else tree
+    return f"exactspec tree ({label})"
+
+
+def run_bench(target, draft, tokenizer, cfg: BenchConfig, progress=None) -> dict:
+    """Run every system on every prompt batch, `cfg.repeats` times, interleaved; return the report dict.
+
+    `progress(done, total)` is called after each timed call (the CLI passes a rich progress bar).
+    """
+    from exactspec.speed.costmodel import CostModel
+    from exactspec.pairs.featuredraft import timed_model
+
+    batches = _batches(tokenizer, cfg.prompts, cfg.batch_size)
+    # Calibrate at the bench's own batch size and typical prompt length.
+    prompt_len = int(statistics.median(int(m.sum(1).max()) for _, m in batches))
+    cost_model = CostModel.measure(target, timed_model(draft), repeats=5, batch_size=cfg.batch_size,
+                                   prompt_len=prompt_len)
+    systems = build_systems(target, draft, tokenizer, cfg, cost_model)
+    results = {name: SystemResult(name) for name in systems}
+    total, done = cfg.repeats * len(batches) * len(systems), 0
+    # Greedy: every system's tokens must equal target-alone `generate`'s, prompt by prompt (last repeat),
+    # up to the row's first end-of-sequence token: `generate` runs with min_new_tokens (equal lengths), which
+    # bans EOS, while exactspec's systems run with no EOS and keep the target's argmax, EOS included. Where
+    # the row's first EOS is, our target-alone loop says (it bans nothing), so a system that ends early
+    # still differs from `generate` there.
+    equal = {name: True for name in systems} if cfg.temperature == 0 else None
+    compared = {name: 0 for name in systems}
+    eos = eos_ids(target, tokenizer)
+    for system in systems.values():  # warm-up: first calls pay for allocation and lazy initialisation
+        system.run(*batches[0], cfg.seed)
+    passes = []  # per repeat: the untimed calibration calls (exactspec systems' statistics, plain seconds)
+    spec_names = [k for k, s in systems.items() if s.kind == "exactspec"]
+    # Plain decoding is priced by our loop's timed call; a bench without it makes an untimed one instead.
+    plain_before = None if any(s.kind == "loop" for s in systems.values()) else \
+        spec_names[0] if spec_names else None
+    for r in range(cfg.repeats):
+        totals = {name: [0.0, 0] for name in systems}
+        cal = {"stats": {k: [] for k in spec_names}, "plain": 0.0, "plain_prefill": 0.0, "calls": 0}
+        for b, (ids, mask) in enumerate(batches):
+            cal_seed = cfg.seed - 1 - r * len(batches) - b
+            for name, system in systems.items():  # interleaved: A B C A B C ...
+                # Each timed call of ours follows its own untimed calibration call, back to back, so the
+                # prediction prices the loop at the machine's speed of that moment: this VM's speed drifts
+                # by up to 25% within a bench, and a pass made apart from the timed call missed that.
+                if name == plain_before:  # plain decoding's price, once per batch, when no loop call is timed
+                    plain_calibration_call(target, ids, mask, cfg, cal_seed, cal)
+                if system.kind == "exactspec":
+                    cal["stats"][name].append(system.run(ids, mask, cal_seed)[1])
+                timings: dict = {}
+                t0 = time.perf_counter()
+                n, stats, new = system.run(ids, mask, cfg.seed + 1000 * r + b,
+                                           **({"timings": timings} if system.kind == "loop" else {}))
+                if system.kind == "loop":  # plain decoding's price: this very call
+                    plain_calibration_call(target, ids, mask, cfg, cal_seed, cal, time.perf_counter() - t0, timings)
+                if equal is not None and r == cfg.repeats - 1:
+                    if name == BASELINE:
+                        reference, cut_from = new, None
+                    elif name == LOOP:
+                        cut_from = new
+                    ok, n_cmp = greedy_prefix_equal(new, reference, eos, cut_from)
+                    equal[name] &= ok
+                    compared[name] += n_cmp
+                totals[name][0] += time.perf_counter() - t0
+                totals[name][1] += n
+                if stats is not None:
+                    results[name].stats_by_repeat.setdefault(r, []).append(stats)
+                done += 1
+                if progress:
+                    progress(done, total)
+        passes.append(cal)
+        for name, (t, n) in totals.items():
+            results[name].times.append(t)
+            results[name].tokens.append(n)
+    loop_costs, prefill = calibrated(passes, systems, cfg, cost_model)
+    by_repeat = [calibrated([cal], systems, cfg, cost_model) for cal in passes]
+    report = _report(results, systems, cfg, cost_model, loop_costs, prefill,
+                     predictions_by_repeat(results, systems, cfg, by_repeat))
+    if _feature(draft):
+        report["notes"].append("a feature draft (EAGLE-style) drafts chains only, and HF assisted generation "
+                               "cannot run it")
+    report["calibrated_by_repeat"] = [{"cost_models": {k: cm.to_dict() for k, cm in costs.items()},
+                                       "prefill_seconds": pre} for costs, pre in by_repeat]
+    for row in report["rows"]:
+        row["greedy_equals_target_generate"] = None if equal is None else equal[row["system"]]
+        row["greedy_tokens_compared"] = None if equal is None else compared[row["system"]]
+    return report
+
+
+def eos_ids(target, tokenizer) -> set:
+    """Every end-of-sequence id of the pair: the target's generation config's and the tokenizer's."""
+    eos = target.generation_config.eos_token_id
+    return set([eos] if isinstance(eos, int) else eos or []) | ({tokenizer.eos_token_id} - {None})
+
+
+def greedy_prefix_equal(new: torch.Tensor, reference: torch.Tensor, eos: set,
+                         cut_from: torch.Tensor | None = None) -> tuple[bool, int]:
+    """Whether `new` [B, N] equals `reference` [B, N] in every row up to the row's first EOS in `cut_from`
+    [B, N] (default: `new`; exclusive), and how many tokens were compared."""
+    if new.shape != reference.shape or (cut_from is not None and cut_from.shape != new.shape):
+        return False, 0
+    ok, n = True, 0
+    cuts = (cut_from if cut_from is not None else new).tolist()
+    for a, b, c in zip(new.tolist(), reference.tolist(), cuts):
+        cut = next((i for i, t in enumerate(c) if t in eos), len(c))
+        ok &= a[:cut] == b[:cut]
+        n += cut
+    return ok, n
+
+
+def _report(results: dict[str, SystemResult], systems: dict[str, System], cfg: BenchConfig, cost_model,
+            loop_costs: dict, prefill: dict, predicted: dict[str, list]) -> dict:
+    base = results[BASELINE]
+    loop = results.get(LOOP)
+    assisted = next((results[k] for k, s in systems.items() if s.kind == "assisted"), None)
+    rows = []
+    for name, res in results.items():
+        system = systems[name]
+        tps = res.tokens_per_second
+        st = GenerationStats.merge(res.stats) if res.stats else None
+        rows.append({
+            "system": name,
+            "kind": system.kind,
+            "gamma": system.gamma,
+            "method": system.method,
+            "drafter": system.drafter,
+            "tokens_per_second": tps,
+            "speedup_vs_target": res.speedup_over(base),
+            "speedup_vs_exactspec_loop": res.speedup_over(loop) if loop else None,
+            "speedup_vs_assisted": res.speedup_over(assisted) if assisted else None,
+            "acceptance_rate": st.acceptance_rate if st else None,
+            "mean_accepted_per_step": st.mean_accepted_per_step if st else None,
+            "mean_tokens_per_step": st.mean_tokens_per_step if st else None,
+            "tokens_per_target_call": st.tokens_per_target_call if st else None,
+            "per_position_acceptance": [a / d if d else None for a, d in
+                                        zip(st.position_accepted, st.position_drafted)] if st else [],
+            "length_counts": st.length_counts if st else [],
+            "alphas_by_length": st.alphas_by_length() if st else [],  # what the prediction reads
+            # Loop-calibrated: the median over repeats of each repeat's prediction (its own calibration calls).
+            "predicted_speedup": median(predicted.get(name, [])),
+            "predicted_speedup_by_repeat": predicted.get(name),
+            "speedup_vs_exactspec_loop_by_repeat": res.ratios_to(loop) if loop and st else None,
+            "predicted_speedup_forwards": predicted_speedup(system, res.stats, cost_model) if st else None,
+            "plain_steps": st.plain_steps if st else None,
+            # tree systems: steps that drafted a tree (tree="auto" runs gamma="auto"'s chain when trees do not pay)
+            "tree_steps": len(st.tree_history) if st and system.tree is not None else None,
+            "early_stops": st.early_stops if st else None,
+            # Where a step's time goes inside the loop (ms per target call): what the cost model prices
+            # (draft and target forwards) against what it does not (sampling, verification, bookkeeping).
+            "ms_per_step": {part: 1e3 * getattr(st, f"{part}_time") / st.target_calls
+                            for part in ("draft", "target", "verify")} if st and st.target_calls else None,
+            "times": res.times,
+            "tokens": res.tokens,
+        })
+    return {
+        "config": {k: v for k, v in vars(cfg).items() if k != "prompts"} | {"num_prompts": len(cfg.prompts)},
+        "threads": torch.get_num_threads(),
+        "cost_model": cost_model.to_dict(),
+        "cost_ratio": cost_model.cost_ratio,
+        "calibrated_cost_models": {name: cm.to_dict() for name, cm in loop_costs.items()},
+        "calibrated_prefill_seconds": prefill,
+        "rows": rows,
+        "summary": _summary(rows),
+        "prediction_errors": prediction_errors(rows),
+        "notes": ["HF assisted generation supports batch size 1 only"] if cfg.batch_size > 1 else [],
+    }
+
+
+def _summary(rows: list[dict]) -> dict:
+    """The best fixed gamma of the draft model's token rule beside gamma="auto" (tokens/s ratios)."""
+    chain = [r for r in rows if r["kind"] == "exactspec" and r["drafter"] == "model" and r["method"] == "token"]
+    fixed = [r for r in chain if isinstance(r["gamma"], int)]
+    auto = next((r for r in chain if r["gamma"] == "auto"), None)
+    if not fixed:
+        return {}
+    best = max(fixed, key=lambda r: r["speedup_vs_target"])
+    out = {"best_fixed_gamma": best["gamma"], "best_fixed_speedup_vs_target": best["speedup_vs_target"]}
+    if auto is not None:
+        out |= {"auto_speedup_vs_target": auto["speedup_vs_target"],
+                "auto_vs_best_fixed": auto["speedup_vs_target"] / best["speedup_vs_target"]}
+    return out

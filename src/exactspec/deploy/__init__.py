@@ -1,0 +1,1 @@
+"""Deployment tools: offline acceptance, plans for vLLM / SGLang, cost profiles, engine metrics."""

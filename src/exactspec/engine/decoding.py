@@ -1,0 +1,344 @@
+"""SpeculativeGenerator: exact, batched speculative decoding for Hugging Face causal LMs.
+
+One step, for the B rows still generating:
+
+1. the drafter proposes up to k_b tokens per row (k_b = min(gamma, tokens left - 1), so a step can never
+   overshoot ``max_new_tokens``), with the distributions q they were drawn from;
+2. the target runs ONE forward over [pending token, d_1 .. d_K] (K + 1 positions, ragged rows masked);
+3. :func:`exactspec.verification.rules.verify` applies the exact rule ("token", "block" or "greedy") and returns the
+   accepted count n_b and the corrected/bonus token per row;
+4. both KV caches are rolled back to what each row accepted (see :mod:`exactspec.backends.cache`): crop to the
+   longest accepted run in the batch, mask the other rows' rejected slots as holes, keep explicit
+   per-row positions. Nothing is recomputed. Finished rows leave the batch.
+
+The target never sees its own last emitted token until the next step (it is "pending"): so the prefill
+is the prompt minus its last token and every target call is a verification producing >= 1 token.
+"""
+from __future__ import annotations
+
+import copy
+import time
+import weakref
+
+import torch
+import torch.nn.functional as F
+
+from exactspec.backends.cache import SlotCache, sync as _sync
+from exactspec.verification.checks import ArgumentTypeError, check_bool, check_int
+from exactspec.engine.drafters import Draft, DraftModelDrafter, PromptLookupDrafter
+from exactspec.engine.hfconfig import Prefixes, SamplingSpec
+from exactspec.engine.policy import AdaptivePolicy, DraftingState, FixedPolicy
+from exactspec.engine.output import GenerationOutput, GenerationStream, StreamStep
+from exactspec.engine.plainstep import plain_step
+from exactspec.speed.stats import GenerationStats
+from exactspec.verification.rules import verify
+from exactspec.engine.runargs import _check_causal_lm, run_args
+from exactspec.engine.steps import cut_at_eos, prefill, write_emitted
+from exactspec.engine.treepolicy import auto_runs_tree, learn_from_chain
+from exactspec.engine.trees import parse_tree, run_tree
+
+__all__ = ["SpeculativeGenerator", "GenerationOutput", "StreamStep", "GenerationStream"]
+
+# Cost models measured once per (target, draft, batch size) for gamma="auto"; weak refs so models can be freed.
+_COST_MODELS: dict[tuple[int, int, int], tuple] = {}
+
+
+class SpeculativeGenerator:
+    """Exact speculative decoding with a draft model or a model-free drafter.
+
+    Args:
+        target: a transformers causal LM with a KV cache (Llama, Qwen2, GPT-2, ...; sliding-window models
+            such as Mistral or Gemma 2/3 too, see :mod:`exactspec.backends.cache`), loaded from a directory or a GGUF.
+        draft: a smaller causal LM sharing the target's tokenizer (lm-head widths may differ by padding),
+            on the target's device; its dtype may differ (e.g. a bf16 draft for an fp32 target): its
+            distributions are taken in fp32, and exactness never depends on how good q is. Or a
+            :class:`exactspec.pairs.featuredraft.FeatureDraft`, which reads the target's final hidden states
+            (EAGLE-style; chains only, Llama-like targets).
+        drafter: instead of `draft`: ``"prompt_lookup"`` or a drafter object (e.g.
+            ``PromptLookupDrafter(max_ngram=3, max_draft=10)``).
+        cost_model: a :class:`exactspec.CostModel` for ``gamma="auto"``; measured once per pair and batch
+            size (cached in the process) when omitted.
+        max_gamma: the longest draft ``gamma="auto"`` may make in a step. ``gamma="auto"`` carries what it
+            learns (acceptance by draft confidence, probing state) from run to run of this generator, per
+            sampling setting and rule; a fresh generator starts from a neutral guess.
+        calibrate: with ``gamma="auto"``, after each run re-price the cost model for later runs from that
+            run's own timings (:meth:`CostModel.calibrate`: draft steps as they cost inside the loop, plus
+            the loop's per-step overhead). Never inside a run: a seeded run on a fresh generator reproduces.
+            ``False`` uses `cost_model` exactly as given.
+        tokenizer, draft_tokenizer: optional; when both are given their vocabularies must agree
+            (see :meth:`check_tokenizers`).
+    """
+
+    def __init__(self, target, draft=None, *, drafter=None, cost_model=None, max_gamma: int = 12,
+                 calibrate: bool = True, tokenizer=None, draft_tokenizer=None):
+        _check_causal_lm(target, "target")
+        max_gamma, calibrate = check_int("max_gamma", max_gamma, min=1), check_bool("calibrate", calibrate)
+        from exactspec.speed.costmodel import CostModel
+
+        if cost_model is not None and not isinstance(cost_model, CostModel):
+            raise ArgumentTypeError(f"cost_model must be a CostModel or None, got {cost_model!r}")
+        if drafter is not None and not isinstance(drafter, str) and not all(
+                callable(getattr(drafter, m, None)) for m in ("start", "propose", "update", "select_rows")):
+            raise ArgumentTypeError(f"drafter must be 'prompt_lookup' or a drafter object (start, propose, "
+                                    f"update, select_rows), got {drafter!r}")
+        if tokenizer is not None and draft_tokenizer is not None:
+            self.check_tokenizers(tokenizer, draft_tokenizer)
+        if draft is not None and drafter is not None:
+            raise ValueError("pass either draft (a model) or drafter, not both")
+        if isinstance(drafter, str):
+            if drafter != "prompt_lookup":
+                raise ValueError(f"drafter must be 'prompt_lookup' or a drafter object, got {drafter!r}")
+            drafter = PromptLookupDrafter()
+        if callable(getattr(draft, "make_drafter", None)):  # a draft that drafts its own way (a feature draft
+            drafter = draft.make_drafter()  # reads the target's features); costed and checked as the LM it runs
+            draft = drafter.model.lm
+        elif draft is not None:
+            drafter = DraftModelDrafter(draft)
+        if draft is not None:
+            _check_causal_lm(draft, "draft")
+            if draft.device != target.device:
+                raise ValueError(f"draft is on {draft.device} but target is on {target.device}")
+        for name, model in (("target", target), ("draft", draft)):
+            if model is not None and model.training:  # dropout would make outputs random and inexact
+                raise ValueError(f"{name} is in training mode (dropout active); call {name}.eval() first")
+        if drafter is None:
+            raise ValueError("a draft model or a drafter is required (draft=... or drafter='prompt_lookup')")
+        self.target, self.draft, self.drafter = target, draft, drafter
+        self.cost_model, self.max_gamma, self.calibrate = cost_model, max_gamma, bool(calibrate)
+        # What gamma="auto" learnt in earlier runs of this generator, per sampling setting and rule: the
+        # acceptance model and the probing state (see exactspec.engine.policy); cost models calibrated on its runs.
+        self._drafting: dict[tuple, DraftingState] = {}
+        self._tree_priors: dict[tuple, list] = {}  # tree="auto": acceptance per (depth, rank), per setting
+        self._tree_calibrated: dict[int, object] = {}  # tree="auto": cost models calibrated on tree runs
+        self._tree_speedup: dict[tuple, float] = {}  # tree="auto": what its tree and chain runs achieved
+        self._calibrated: dict[int, object] = {}
+
+    @staticmethod
+    def check_tokenizers(tokenizer, draft_tokenizer) -> None:
+        """Raise ValueError unless both tokenizers map every token string to the same id."""
+        for name, tok in (("tokenizer", tokenizer), ("draft_tokenizer", draft_tokenizer)):
+            if not callable(getattr(tok, "get_vocab", None)):
+                raise ArgumentTypeError(f"{name} must be a transformers tokenizer, got {tok!r}")
+        a, b = tokenizer.get_vocab(), draft_tokenizer.get_vocab()
+        diff = [t for t in a.keys() | b.keys() if a.get(t) != b.get(t)]
+        if diff:
+            ex = ", ".join(f"{t!r}: {a.get(t)} vs {b.get(t)}" for t in sorted(diff)[:5])
+            raise ValueError(f"draft_tokenizer differs from the target tokenizer on {len(diff)} tokens "
+                             f"({ex}); speculative decoding needs a shared vocabulary")
+
+    # ------------------------------------------------------------------------------------ public
+    def generate(self, input_ids, attention_mask=None, **kwargs) -> GenerationOutput:
+        """Generate; same arguments as :meth:`stream`. Returns a :class:`GenerationOutput`."""
+        stream = self.stream(input_ids, attention_mask, **kwargs)
+        for _ in stream:
+            pass
+        return stream.output
+
+    def stream(self, input_ids, attention_mask=None, *, max_new_tokens: int, do_sample: bool | None = None,
+               temperature: float | None = None, top_k: int | None = None, top_p: float | None = None,
+               min_p: float | None = None, gamma="auto", method: str = "token", eos_token_id=None,
+               pad_token_id=None, seed=None, generation_config=None, tree=None,
+               **generation_kwargs) -> GenerationStream:
+        """Generate step by step. Returns an iterable of :class:`StreamStep` whose ``.output`` is set at the end.
+
+        Args:
+            input_ids: `[B, P]` int64, left-padded (HF convention for decoder-only models).
+            attention_mask: `[B, P]`, 1 for real tokens (default: all ones).
+            max_new_tokens: exact number of new tokens per row unless EOS comes first.
+            do_sample / temperature / top_k / top_p / min_p, and any other ``GenerationConfig`` setting as
+                a keyword (``repetition_penalty=``, ``no_repeat_ngram_size=``, ``min_new_tokens=``, ...):
+                None (the default) takes the value from `generation_config`, else the target's
+                ``generation_config``, resolved exactly as ``target.generate(**same arguments)`` does
+                (:class:`exactspec.engine.hfconfig.SamplingConfig`): so decoding is greedy unless the config or
+                ``do_sample=True`` says otherwise, and sampling uses transformers' default ``top_k=50``
+                unless the config sets ``top_k``. p at every position is what transformers' own logits
+                processors give with that position's prefix. ``temperature=0`` or ``method="greedy"``
+                force greedy decoding, which reproduces ``target.generate(do_sample=False)`` token for token.
+            gamma: ``"auto"`` (default: :class:`exactspec.engine.policy.AdaptivePolicy` drafts while drafting pays,
+                stops a step early when the draft's confidence says another token does not pay, and takes
+                plain target steps when no length pays) or a fixed number of draft tokens per step (>= 1).
+            method: verification rule: "token" (Leviathan et al.), "block" (Sun et al. 2024) or "greedy".
+                In greedy mode "token"/"block" act on one-hot distributions, where they reduce to greedy.
+            eos_token_id: int or list; None uses ``target.generation_config.eos_token_id``; [] disables.
+            pad_token_id: filler after EOS; None uses the generation config's pad (else EOS, else 0).
+            seed: seeds the run's single torch.Generator (draft sampling and verification).
+            tree: tree speculation instead of a chain (replaces `gamma`; needs a draft model): a tuple of
+                branching factors per depth (``(3, 2, 1, 1)``), an int node budget (a dynamic tree) or
+                ``"auto"``; see :mod:`exactspec.engine.trees`. Verification is the exact multi-round rule.
+        """
+        sampling = dict(do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+                        **generation_kwargs)
+        cfg = run_args(self, input_ids, attention_mask, max_new_tokens, sampling, generation_config, gamma,
+                       method, eos_token_id, pad_token_id, seed)
+        if tree is not None and not getattr(self.drafter, "drafts_trees", True):
+            raise ValueError("tree: a feature draft (FeatureDraft) drafts chains only; drop tree= or pass a "
+                             "token draft model")
+        cfg["tree"] = parse_tree(tree, has_draft=self.draft is not None, method=method)
+        if cfg["tree"] is not None and not cfg["spec"].static_only:
+            raise ValueError("tree: tree speculation takes the target's law row by row; generation settings "
+                             "that depend on the prefix (repetition_penalty, no_repeat_ngram_size, bad_words_ids, "
+                             "min_new_tokens, ...) need a chain: drop tree= or those settings")
+        return GenerationStream(self._run(**cfg))
+
+    # ---------------------------------------------------------------------------------- gamma
+    def _base_cost(self, batch_size: int):
+        """The given cost model, else one measured at this batch size (once per pair and batch size in the
+        process, so that fresh generators on the same models price alike)."""
+        from exactspec.speed.costmodel import CostModel
+
+        if self.cost_model is not None:
+            return self.cost_model
+        draft = self.draft if self.draft is not None else self.target
+        key = (id(self.target), id(draft), batch_size)
+        hit = _COST_MODELS.get(key)
+        if hit is not None and hit[0]() is self.target and hit[1]() is draft:
+            return hit[2]
+        cm = CostModel.measure(self.target, draft, batch_size=batch_size)
+        if self.draft is None:  # model-free drafter: drafting costs (almost) nothing next to the target
+            cm = cm.without_draft()
+        _COST_MODELS[key] = (weakref.ref(self.target), weakref.ref(draft), cm)
+        return cm
+
+    def _cost_model(self, batch_size: int):
+        """What gamma="auto" prices a run with, fixed before the run: with `calibrate`, the base model
+        re-priced on this generator's earlier runs at this batch size (CostModel.calibrate), else the base."""
+        return self._calibrated.get(batch_size) or self._base_cost(batch_size)
+
+    def _policy(self, gamma, batch_size: int, key: tuple):
+        """FixedPolicy(gamma), or for "auto" an AdaptivePolicy with this generator's acceptance model for
+        this sampling setting and rule (carried from run to run) and the run's fixed cost model."""
+        if gamma != "auto":
+            return FixedPolicy(gamma)
+        return AdaptivePolicy(self._cost_model(batch_size), self.max_gamma,
+                              self._drafting.setdefault(key, DraftingState()), free_draft=self.draft is None)
+
+    def _learn_costs(self, stats: GenerationStats, batch_size: int) -> None:
+        """After a gamma="auto" run: price later runs at this batch size as this loop ran (a draft step with
+        caches the target just evicted, the per-step overhead of a speculative and of a plain step). Only
+        between runs, so that no run's decisions hang on timings taken inside it and a seeded run on a
+        fresh generator reproduces. A model-free drafter (prompt lookup) is re-priced too: the bare table
+        alone put a width-2 step at the price of a plain one and it drafted at a loss (T = 1). A run that
+        verified no draft keeps what the model it ran with knew of drafting steps."""
+        if not (self.calibrate and stats.target_calls):
+            return
+        drafted = stats.target_calls > stats.plain_steps
+        base = self._base_cost(batch_size) if drafted else self._cost_model(batch_size)
+        self._calibrated[batch_size] = base.calibrate(stats)
+
+    # ------------------------------------------------------------------------------------ loop
+    # inference_mode, not no_grad: no version counters or view tracking per op, ~10% of a small target's
+    # step on a CPU; the stream hands the caller ordinary copies of the output (exactspec.engine.output._normal)
+    @torch.inference_mode()
+    def _run(self, ids, mask, max_new, spec: SamplingSpec, gamma, method, eos, pad, tree=None):
+        device, b = ids.device, ids.shape[0]
+        stats = GenerationStats()
+        prior_key = (spec.greedy, spec.temperature, spec.top_k, spec.top_p, method)
+        chain_for_tree = tree == "auto" and max_new > 0 and not auto_runs_tree(self, b, prior_key)
+        if chain_for_tree:  # trees do not pay here: the gamma="auto" chain (exactspec.engine.treepolicy)
+            tree, gamma = None, "auto"
+        if tree is not None:  # tree speculation: exactspec.engine.trees runs the steps (TreeStepper.step / commit)
+            return (yield from run_tree(self, ids, mask, max_new, spec, tree, eos, pad, prior_key))
+        out = torch.full((b, max_new), pad, dtype=torch.long, device=device)  # [B, max_new]
+        from_draft = torch.zeros(b, max_new, dtype=torch.bool, device=device)
+        n_gen = torch.zeros(b, dtype=torch.long, device=device)
+        # Before the clock starts: gamma="auto" may first measure a cost model, which is not generation time.
+        policy = self._policy(gamma, b, prior_key) if max_new > 0 else FixedPolicy(1)
+        t_start, suspended = time.perf_counter(), 0.0
+        active = torch.arange(b, device=device) if max_new > 0 else torch.zeros(0, dtype=torch.long)
+        # A per-run copy: drafters keep per-run state, and two streams of one generator may interleave.
+        drafter = copy.copy(self.drafter)
+        if max_new > 0:
+            target, pending = prefill(self.target, drafter, ids, mask)
+            stats.prefill_time = time.perf_counter() - t_start
+        while active.numel():
+            whole = active.numel() == b  # every row still running (steps priced per drafted length: see stats)
+            caps = policy.next_lengths(max_new - n_gen[active] - 1)  # [B]; all 0: a plain target step
+            t0 = time.perf_counter()
+            # (a plain step asks nothing of the drafter, so its time is the plain step's, not drafting's)
+            draft = drafter.propose(caps, spec, policy) if bool(caps.any()) else Draft.empty(len(caps), device)
+            stats.record_draft(draft)
+            _sync(device)
+            t1 = time.perf_counter()
+            big_k = draft.tokens.shape[1]
+            if big_k == 0:  # a plain step: no draft to verify, so the lean path (exactspec.engine.plainstep)
+                nxt, done, step = plain_step(target, spec, pending, Prefixes(ids, mask, out, n_gen, active),
+                                             eos, max_new, stats)
+                n = torch.zeros_like(nxt)
+                _sync(device)
+                t_plain = time.perf_counter() - t1
+                stats.target_time += t_plain
+                # the plain step's seconds outside draft-model calls (which are priced per call): a lookup
+                # that found nothing worth verifying is this step's cost
+                stats.plain_step_time += t_plain + (t1 - t0 if not draft.calls else 0.0)
+            else:
+                pos = torch.arange(big_k + 1, device=device)[None, :]  # [1, K+1]
+                inp = torch.cat([pending[:, None], draft.tokens], 1)  # [B, K+1]
+                logits = target.forward(inp, pos <= draft.lengths[:, None])  # [B, K+1, V]
+                _sync(device)
+                t2 = time.perf_counter()
+                # p [B, K+1, V] through transformers' processors, each position with its own prefix (when
+                # greedy: scores whose argmax is generate()'s choice, the logits themselves if no processor)
+                law = spec.target_law(logits, draft.tokens, draft.lengths, Prefixes(ids, mask, out, n_gen, active))
+                if spec.greedy:  # on one-hot targets every rule is the greedy rule, which never reads q;
+                    # it reads only the argmax, so the scores serve as they are (same lowest-id tie rule)
+                    verdict = verify(law, None, draft.tokens, method="greedy", draft_lengths=draft.lengths)
+                else:
+                    q = draft.probs if draft.probs is not None else \
+                        F.one_hot(draft.tokens, spec.vocab_size).float()  # [B, K, V]
+                    verdict = verify(law, q, draft.tokens, method=method,
+                                     draft_lengths=draft.lengths, generator=spec.generator)
+                n, nxt = verdict.accepted, verdict.next_token
+                policy.observe(draft, n)
+                emitted = torch.cat([draft.tokens, torch.zeros_like(pending)[:, None]], 1)
+                emitted.scatter_(1, n[:, None], nxt[:, None])  # [B, K+1]: d_1..d_n, then the bonus token
+                count, ended = cut_at_eos(emitted, n + 1, eos)
+                # Statistics count what was emitted: an EOS among the accepted drafts ends the row there, and
+                # the drafts after it were neither emitted nor, for the statistics, proposed.
+                cut = ended & (count <= n)
+                rows = active.tolist()
+                stats.record_step(torch.where(cut, count, draft.lengths), torch.where(cut, count, n), fed=big_k + 1,
+                                  row_ids=rows)
+                write_emitted(out, from_draft, n_gen, active, emitted, n, count)
+                done = ended | (n_gen[active] >= max_new)
+                _sync(device)
+                t_spec = time.perf_counter()
+                stats.verify_time += t_spec - t2
+                stats.target_time += t2 - t1
+                t_spec -= t1
+                step = StreamStep(
+                    rows=rows,
+                    tokens=[r[:c] for r, c in zip(emitted.tolist(), count.tolist())],
+                    from_draft=[[i < nb for i in range(c)] for nb, c in zip(n.tolist(), count.tolist())],
+                    finished=done.tolist(), gamma=big_k, drafted=draft.lengths.tolist())
+            stats.draft_time += t1 - t0
+            t_out = time.perf_counter()
+            yield step
+            t3 = time.perf_counter()
+            suspended += t3 - t_out  # time the consumer held the stream is not generation time
+            keep = ~done
+            if keep.any():
+                if big_k:  # (a plain step fed the pending token only, and keeps it)
+                    target.rollback(pos <= n[:, None])  # pending + accepted drafts; the bonus is pending now
+                drafter.update(n, nxt, draft)
+                pending = nxt
+                if not bool(keep.all()):
+                    rows_kept = keep.nonzero().squeeze(1)
+                    target.select_rows(rows_kept)
+                    drafter.select_rows(rows_kept)
+                    pending = pending[rows_kept]
+            active = active[keep]
+            t_tail = time.perf_counter() - t3
+            stats.verify_time += t_tail
+            if big_k and whole:
+                stats.record_step_time(big_k, t_spec + t_tail)
+            else:
+                stats.plain_step_time += t_tail
+        stats.early_stops = policy.early_stops
+        new_len = int(n_gen.max()) if b else 0
+        stats.new_tokens, stats.row_tokens = int(n_gen.sum()), n_gen.tolist()
+        stats.total_time = time.perf_counter() - t_start - suspended
+        if gamma == "auto":  # (after the stats are complete: learning reads them)
+            self._learn_costs(stats, b)
+        if chain_for_tree:
+            learn_from_chain(self, prior_key, stats, b)
+        return GenerationOutput(torch.cat([ids, out[:, :new_len]], 1), stats, from_draft[:, :new_len])

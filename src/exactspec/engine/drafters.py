@@ -1,0 +1,225 @@
+"""Drafters: where the K candidate tokens of a speculative step come from.
+
+A drafter proposes, per row b, up to ``lengths[b]`` tokens with the distribution q they were drawn
+from. Exactness never depends on the drafter (verification corrects any q with q(x) > 0 for drafted x);
+only speed does. Two are provided:
+
+- :class:`DraftModelDrafter`: a small causal LM with its own batch KV cache (see :mod:`exactspec.backends.cache`),
+  sampled with the row-wise part of the target's processors (temperature, top-k/p, ...).
+- :class:`PromptLookupDrafter`: model-free n-gram lookup in the prompt + generated text; q is one-hot.
+
+Protocol (:class:`Drafter`, used by :class:`exactspec.engine.decoding.SpeculativeGenerator`):
+``start(input_ids, attention_mask)``, ``propose(caps [B], spec, policy) -> Draft`` (the Draft carries its own
+counters: draft-model calls and the first call's seconds), ``update(accepted [B], next_token [B], draft)``,
+``select_rows(rows)``; a step whose caps are all 0 (a plain step) is not proposed to, and `update` gets an
+empty Draft (:meth:`Draft.empty`). A model drafter asks ``policy.include(i, confidence, caps)`` before sampling each
+position (see :mod:`exactspec.engine.policy`); a model-free one finds up to its caps and asks ``policy.trim`` how
+many of the found tokens to draft.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from exactspec.backends.cache import SlotCache, left_pack, sync
+from exactspec.engine.hfconfig import SamplingSpec  # noqa: F401  (the spec drafters receive; re-exported)
+
+
+@dataclass
+class Draft:
+    """One step's proposal. `tokens [B, K]` int64 (entries past `lengths[b]` are filler),
+    `probs [B, K, V]` fp32 or None for one-hot q, `lengths [B]` int64; `confidence [B, K]` the draft's top
+    probability at each position (None for a model-free drafter), `calls` draft-model forward passes and
+    `first_call_time` the seconds of the first one's whole iteration (the cold call right after the target's
+    forward, with its q, the policy's look and the draw: what each later call's share of the draft time
+    holds too, so that calibrate's split into t_draft and t_draft_cold prices every call alike)."""
+
+    tokens: torch.Tensor
+    probs: torch.Tensor | None
+    lengths: torch.Tensor
+    confidence: torch.Tensor | None = None
+    calls: int = 0
+    first_call_time: float = 0.0
+
+    @classmethod
+    def empty(cls, rows: int, device) -> "Draft":
+        """Nothing drafted for any of `rows` rows: a plain step's proposal."""
+        return cls(torch.zeros(rows, 0, dtype=torch.long, device=device), None,
+                   torch.zeros(rows, dtype=torch.long, device=device))
+
+
+class Drafter(Protocol):
+    """Where draft tokens come from (see the module docstring)."""
+
+    def start(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None: ...
+
+    def propose(self, caps: torch.Tensor, spec: SamplingSpec, policy=None) -> Draft: ...
+
+    def update(self, accepted: torch.Tensor, next_token: torch.Tensor, draft: Draft) -> None: ...
+
+    def select_rows(self, rows: torch.Tensor) -> None: ...
+
+
+class DraftModelDrafter:
+    """Drafts autoregressively with a small causal LM that keeps its own batch KV cache.
+
+    The draft lags the emitted text by one or two tokens ("pending"): the bonus token of the last step,
+    preceded by the last draft token when all K were accepted (it was sampled but never fed). The
+    first draft forward of a step feeds those pending tokens, left-packed so that the last slot is real
+    for every row.
+    """
+
+    def __init__(self, model):
+        self.model = model
+        # Cumulative counters of the tree drafter (exactspec.engine.treedraft); a chain proposal reports its own
+        # in the Draft it returns.
+        self.forward_calls, self.first_call_time = 0, 0.0
+
+    def start(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
+        """Prefill on the prompt `[B, P]` minus its last token (which becomes pending)."""
+        self.state = SlotCache(self.model)
+        # a draft's forward need not be transformers' own (exactspec.backends.leanforward)
+        self.state.use_lean(input_ids.shape[0])
+        if input_ids.shape[1] > 1:
+            self.state.forward(input_ids[:, :-1], attention_mask[:, :-1].bool(), logits_to_keep=1)
+        self.pending = input_ids[:, -1:].to(self.state.device)  # [B, W]
+        self.pending_valid = torch.ones_like(self.pending, dtype=torch.bool)
+
+    def propose(self, caps: torch.Tensor, spec: SamplingSpec, policy=None) -> Draft:
+        """Up to `caps [B]` tokens per row; `policy.include` may stop the step before any position."""
+        b = caps.shape[0]
+        calls = 0  # draft-model forwards this step (the Draft carries them to update)
+        big_k = int(caps.max()) if b else 0
+        tokens, probs, confs = [], [], []
+        lengths = caps.clamp(max=0)  # [B] positions each row drafts (a row the policy stops stays stopped)
+        inp, valid = self._first_input()
+        first, t0 = 0.0, time.perf_counter()
+        ask = policy is not None and policy.wants_confidence
+        for i in range(big_k):  # feeds pending, d_1 .. d_{K-1}; d_K is sampled but not fed
+            if i == 1:  # the first call's whole iteration (its forward, q, the policy's look, the draw),
+                sync(inp.device)  # as every later call's share of the draft time counts it
+                first = time.perf_counter() - t0
+            logits = self._logits(inp, valid)  # [B, V_draft]
+            calls += 1
+            q = None if spec.greedy else spec.probs(logits)  # [B, V]; greedy verification never reads q
+            if ask:  # the decision reads q_{i+1} only, never the token about to be drawn from it
+                conf = (q if q is not None else
+                        torch.softmax(logits[:, : spec.vocab_size].float(), -1)).amax(-1)  # [B]
+                rows = policy.include(i + 1, conf, caps).to(caps.device)  # [B] bool
+                if not bool(rows.any()):
+                    break
+                lengths = lengths + rows
+                confs.append(conf)
+            else:
+                lengths = caps.clamp(max=i + 1)
+            # greedy: the argmax of the logits, lowest id among ties, as probs_from_logits
+            d = logits[:, : spec.vocab_size].argmax(-1) if q is None else spec.sample(q)  # [B]
+            if q is not None:
+                probs.append(q)
+            tokens.append(d)
+            if ask and i + 1 < big_k and not policy.more(i + 1):  # the next draft call would not pay
+                break
+            inp, valid = self._next_input(d), torch.ones(b, 1, dtype=torch.bool, device=d.device)
+        if calls == 1:
+            sync(caps.device)
+            first = time.perf_counter() - t0
+        n = len(tokens)
+        tok = torch.stack(tokens, 1) if n else torch.zeros(b, 0, dtype=torch.long, device=caps.device)
+        return Draft(tok, torch.stack(probs, 1) if probs else None, lengths,
+                     torch.stack(confs, 1) if confs else None, calls, first)
+
+    # What a draft call feeds and reads; a feature drafter (exactspec.pairs.featuredraft) feeds pairs instead.
+    def _first_input(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """A step's first call: the pending tokens `[B, W]` and their validity."""
+        return self.pending, self.pending_valid
+
+    def _logits(self, inp: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        """One draft forward over `inp` (new slots, `valid [B, S]`): the last slot's logits `[B, V]`."""
+        return self.state.forward(inp, valid, logits_to_keep=1)[:, -1]
+
+    def _next_input(self, d: torch.Tensor) -> torch.Tensor:
+        """What the next call feeds after drawing `d [B]`."""
+        return d[:, None]
+
+    def update(self, accepted: torch.Tensor, next_token: torch.Tensor, draft: Draft) -> None:
+        """Roll the draft cache back to the accepted prefix; emitted tokens not fed yet become pending.
+
+        A step fed the pending tokens and then d_1 .. d_f (f = calls - 1: d_K is drafted but not fed, unless
+        the policy stopped the step after feeding it, when f = K)."""
+        nxt = next_token[:, None]
+        ones = torch.ones_like(nxt, dtype=torch.bool)
+        if draft.calls == 0:  # nothing was fed this step: the pending tokens are still pending; they are
+            # left-packed, and a column valid in every row keeps them so (no repacking on plain steps)
+            self.pending = torch.cat([self.pending, nxt], 1)
+            self.pending_valid = torch.cat([self.pending_valid, ones], 1)
+            return
+        f = draft.calls - 1
+        j = torch.arange(1, draft.tokens.shape[1] + 1, device=accepted.device)[None, :]  # [1, K]
+        self.state.rollback(torch.cat([self.pending_valid, (j <= accepted[:, None])[:, :f]], 1))
+        tail = draft.tokens[:, f:]  # drafted, not fed: at most d_K, emitted when all K were accepted
+        self.pending, self.pending_valid = left_pack(torch.cat([tail, nxt], 1),
+                                                     torch.cat([(j <= accepted[:, None])[:, f:], ones], 1))
+
+    def select_rows(self, rows: torch.Tensor) -> None:
+        self.state.select_rows(rows)
+        rows = rows.to(self.pending.device)
+        self.pending, self.pending_valid = left_pack(self.pending[rows], self.pending_valid[rows])
+
+
+class PromptLookupDrafter:
+    """Model-free drafting by n-gram lookup (Saxena 2023, "prompt lookup decoding").
+
+    For each row, the last n tokens (n = max_ngram down to min_ngram) are searched in the row's prompt +
+    generated tokens; at the earliest earlier occurrence, the tokens that followed it (up to `max_draft`)
+    are proposed with one-hot q, so verification accepts token x with probability p(x) and stays exact.
+    A row with no match drafts 0 tokens (a plain target step).
+    """
+
+    def __init__(self, max_ngram: int = 3, max_draft: int = 10, min_ngram: int = 1):
+        for name, v in (("max_ngram", max_ngram), ("max_draft", max_draft), ("min_ngram", min_ngram)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+        if min_ngram > max_ngram:
+            raise ValueError(f"min_ngram ({min_ngram}) must be <= max_ngram ({max_ngram})")
+        self.max_ngram, self.min_ngram, self.max_draft = max_ngram, min_ngram, max_draft
+
+    def start(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
+        self.history = [row[m.bool()].tolist() for row, m in zip(input_ids.cpu(), attention_mask.cpu())]
+
+    def lookup(self, hist: list[int], k: int) -> list[int]:
+        """Continuation (<= k tokens) of the earliest earlier occurrence of the longest matching suffix."""
+        if k <= 0:
+            return []
+        t = torch.tensor(hist)
+        for n in range(min(self.max_ngram, len(hist) - 1), self.min_ngram - 1, -1):
+            windows = t[:-1].unfold(0, n, 1)  # starts 0..len-n-1: every match has >= 1 token after it
+            hits = (windows == t[-n:]).all(1).nonzero()
+            if hits.numel():
+                start = int(hits[0]) + n
+                return hist[start:start + k]
+        return []
+
+    def propose(self, caps: torch.Tensor, spec: SamplingSpec, policy=None) -> Draft:
+        k = caps.clamp(max=self.max_draft)
+        conts = [self.lookup(h, int(kb)) for h, kb in zip(self.history, k.tolist())]
+        if policy is not None:  # how many found tokens are worth verifying (the step is as wide as its longest)
+            width = policy.trim([len(c) for c in conts])
+            conts = [c[:width] for c in conts]
+        big_k = max((len(c) for c in conts), default=0)
+        tokens = torch.zeros(len(conts), big_k, dtype=torch.long)
+        for i, c in enumerate(conts):
+            tokens[i, :len(c)] = torch.tensor(c, dtype=torch.long)
+        lengths = torch.tensor([len(c) for c in conts], dtype=torch.long)
+        return Draft(tokens.to(k.device), None, lengths.to(k.device))
+
+    def update(self, accepted: torch.Tensor, next_token: torch.Tensor, draft: Draft) -> None:
+        toks = draft.tokens.tolist()
+        for h, row, n, x in zip(self.history, toks, accepted.tolist(), next_token.tolist()):
+            h.extend(row[:n])
+            h.append(x)
+
+    def select_rows(self, rows: torch.Tensor) -> None:
+        self.history = [self.history[i] for i in rows.tolist()]

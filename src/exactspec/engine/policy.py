@@ -1,0 +1,404 @@
+"""Drafting policies: how far each step drafts, and when drafting stops early.
+
+The engine loop asks a policy three things per step (see :class:`exactspec.engine.decoding.SpeculativeGenerator`):
+
+1. ``caps = policy.next_lengths(left)``: the most tokens each row may draft this step (``left [B]`` = tokens
+   the row may still emit minus one). All zeros means a *plain step*: the target decodes one token alone,
+   costing ``T_target(1)`` instead of ``T_target(2)`` plus draft calls.
+2. ``policy.include(i, confidence, caps)`` (asked by model drafters before sampling position i): which
+   rows draft position i; and ``policy.more(i)`` (after position i): is the next draft call worth making;
+   ``policy.trim(found)`` (asked by model-free drafters, which find every row's tokens at once): how
+   many of them the step verifies. ``confidence [B]`` is the draft's top probability at that position,
+   ``max_x q_i(x)``, a function of the prefix only: the decision never looks at the token that will be
+   sampled there, so whether position i is verified does not depend on X_i, and verification stays exact
+   (the token rule's proof goes position by position given the prefix; block verification is checked by
+   enumeration in the tests).
+3. ``policy.observe(draft, accepted)``: learn from the verdict.
+
+:class:`AdaptivePolicy` (``gamma="auto"``) keeps an *acceptance model*: P(a drafted token is accepted | the
+draft's confidence at its position), learned online in confidence bins, each shrunk towards the pooled rate.
+With a cost model fixed for the run (no wall-clock timings taken inside it, so a seeded run reproduces) it
+prices drafting by renewal reward: the throughput R = max_K E(K) / T(K) of the best fixed length under the
+model, and position i is drafted while some length L >= i adds more expected tokens than R times the time
+it adds. That is the model-based form of llama.cpp's ``p_min`` and SpecDec++'s stop rule, with the threshold
+following from the costs and the measured acceptance instead of a constant. When no length pays, not even
+at rates one standard error above the estimates (optimism while the evidence is thin: a fresh policy whose
+first verdicts were unlucky keeps probing), it takes plain steps and re-probes with an exponentially
+growing gap, so it notices when drafting starts to pay.
+Confidence bins are position-free, so positions never reached need no exploration of their own. Positions
+not drafted yet are priced at the *continuation rate*, the acceptance of a position reached after an
+accepted one: acceptance comes in streaks, so it is higher than the rate pooled over all positions.
+"""
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from exactspec.verification.checks import check_real
+
+__all__ = ["FixedPolicy", "AdaptivePolicy", "AcceptanceModel", "DraftingState"]
+
+# Bin edges over the draft's top probability; finer near 1, where a good draft spends most positions.
+_EDGES = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.98, 0.995)
+
+
+class FixedPolicy:
+    """Every row drafts ``min(gamma, left)`` tokens; never stops early."""
+
+    wants_confidence = False
+    early_stops = 0
+
+    def __init__(self, gamma: int):
+        self.gamma = gamma
+
+    def next_lengths(self, left: torch.Tensor) -> torch.Tensor:
+        return left.clamp(min=0, max=self.gamma)
+
+    def include(self, i: int, confidence: torch.Tensor, caps: torch.Tensor) -> torch.Tensor:
+        return caps >= i
+
+    def more(self, i: int) -> bool:
+        return True
+
+    def trim(self, found: list[int]) -> int:
+        return max(found, default=0)
+
+    def observe(self, draft, accepted: torch.Tensor) -> None:
+        pass
+
+
+def _floats(x) -> list:
+    return x.tolist() if isinstance(x, torch.Tensor) else list(x)
+
+
+@dataclass
+class AcceptanceModel:
+    """P(accepted | confidence bin), from decayed counts; every bin shrunk towards the pooled rate.
+
+    `weight` pseudo-observations of the pooled rate per bin; `decay` per observed step, so that old
+    evidence fades when the text changes (a new prompt, code after prose). `seen` is how often each bin
+    occurred at all (drafted or not), which weighs the expected acceptance of a position not drafted yet.
+    Plain Python floats: the policy asks it a few rows at a time, between forward passes, where a
+    handful of tiny tensor ops would cost more than the arithmetic.
+    """
+
+    prior: float = 0.7
+    weight: float = 2.0
+    decay: float = 0.995
+    n: list = field(default_factory=lambda: [0.0] * len(_EDGES))
+    a: list = field(default_factory=lambda: [0.0] * len(_EDGES))
+    seen: list = field(default_factory=lambda: [0.0] * len(_EDGES))
+    later_n: float = 0.0  # decayed verdicts of positions reached after an accepted one (position >= 2) ...
+    later_a: float = 0.0  # ... and how many of them were accepted
+
+    def __post_init__(self):
+        self._rates: list | None = None
+
+    @staticmethod
+    def bins(confidence) -> list[int]:
+        """Bin index of each confidence (a tensor or a list of floats)."""
+        return [max(bisect.bisect_right(_EDGES, c) - 1, 0) for c in _floats(confidence)]
+
+    @property
+    def observations(self) -> float:
+        return sum(self.n)
+
+    @property
+    def pooled(self) -> float:
+        """Acceptance over all bins, shrunk towards `prior` with `weight` pseudo-observations."""
+        return (sum(self.a) + self.weight * self.prior) / (sum(self.n) + self.weight)
+
+    def rates(self) -> list[float]:
+        """Acceptance estimate per bin (cached until the next observation)."""
+        if self._rates is None:
+            pooled = self.pooled
+            self._rates = [(a + self.weight * pooled) / (n + self.weight) for a, n in zip(self.a, self.n)]
+        return self._rates
+
+    def predict(self, confidence) -> list[float]:
+        """Acceptance estimate of each confidence."""
+        rates = self.rates()
+        return [rates[b] for b in self.bins(confidence)]
+
+    def mean(self) -> float:
+        """Expected acceptance of a position not drafted yet: bins weighed by how often they occur."""
+        total = sum(self.seen)
+        return self.pooled if total <= 0 else sum(s * r for s, r in zip(self.seen, self.rates())) / total
+
+    def uncertainty(self, z: float = 1.0) -> tuple[float, float]:
+        """`z` standard errors of the pooled rate and of the continuation rate: sqrt(p (1 - p) / (n + weight
+        + 1)) each, the spread of a Beta posterior with n verdicts behind it. Large while few positions
+        (or few positions after an accepted one) have been verified. The policy adds them to its rates
+        (optimism under uncertainty), so that a few unlucky first verdicts can neither turn drafting off nor
+        keep drafts short for good: a position never reached is never measured, so only optimism makes
+        the policy reach it and find out."""
+        def spread(p: float, n: float) -> float:
+            return z * math.sqrt(p * (1.0 - p) / (n + self.weight + 1.0))
+
+        return spread(self.pooled, self.observations), spread(self.continuation(), self.later_n)
+
+    def continuation(self) -> float:
+        """Acceptance of a position reached after an accepted one (position >= 2), shrunk towards the pooled
+        rate. Acceptance runs in streaks (easy text is easy for several tokens), so it is above the pooled
+        rate, which the first position pulls down: pricing later positions at the pooled rate stopped
+        steps too early (held-out greedy: 55 of 114 steps stopped at 2 where γ=4 ran 8% faster)."""
+        return (self.later_a + self.weight * self.pooled) / (self.later_n + self.weight)
+
+    def see(self, confidence) -> None:
+        for b in self.bins(confidence):
+            self.seen[b] += 1.0
+
+    def observe(self, confidence, accepted, later=None) -> None:
+        """`confidence [N]` of positions that were verified and reached, `accepted [N]` bool, `later [N]` bool:
+        the position came after an accepted one (default: none did)."""
+        d = self.decay
+        self.n, self.a, self.seen = [v * d for v in self.n], [v * d for v in self.a], [v * d for v in self.seen]
+        self.later_n, self.later_a = self.later_n * d, self.later_a * d
+        accepted = _floats(accepted)
+        later = [False] * len(accepted) if later is None else later
+        for b, ok, lat in zip(self.bins(confidence), accepted, later):
+            self.n[b] += 1.0
+            self.a[b] += float(ok)
+            if lat:
+                self.later_n += 1.0
+                self.later_a += float(ok)
+        self._rates = None
+
+
+@dataclass
+class DraftingState:
+    """What an AdaptivePolicy carries from one run to the next: the acceptance model and the probing state
+    (plain steps since the last probe, and the current gap between probes)."""
+
+    model: AcceptanceModel = field(default_factory=AcceptanceModel)
+    probe_gap: int = 4
+    since_probe: int = 0
+    tokens: float = 0.0  # decayed tokens per row emitted by drafting steps ...
+    seconds: float = 0.0  # ... and their price under the cost model: the rate the policy achieves
+
+
+class AdaptivePolicy:
+    """``gamma="auto"``: plain steps when no draft length pays, else draft while it pays (see module doc).
+
+    Args:
+        cost_model: a :class:`~exactspec.speed.costmodel.CostModel` at the run's batch size, fixed for the run.
+        max_gamma: the longest draft of a step.
+        state: a :class:`DraftingState` carried over from earlier runs (updated in place), or None. Its
+            `probe_gap` is the number of plain steps before a re-probe; doubled after each probe, up to
+            `max_probe_gap`, and reset to `first_gap` once drafting pays.
+        optimism: standard errors added to the acceptance estimates (:meth:`AcceptanceModel.uncertainty`):
+            to the continuation rate in every decision, and to the first position's rate before a step is
+            made plain (while a length would pay at that rate, the step is a probe instead). 0 turns
+            exploration off.
+        free_draft: a model-free drafter (prompt lookup): draft calls cost nothing.
+        row_stops: in a batch, stop each row on its own P as well (see :meth:`include`), for an engine that
+            prices each row's width (ragged verification); the exactness tests use it to make stops
+            row-specific. Default False: this engine's forwards serve every row at the longest row's width.
+        weigh_left: in a batch, weigh each row's P by the tokens it has left when deciding whether the batch
+            drafts on (see :meth:`include`); False: every row alike.
+    """
+
+    wants_confidence = True
+
+    def __init__(self, cost_model, max_gamma: int, state: DraftingState | None = None, *,
+                 free_draft: bool = False, first_gap: int = 4, max_probe_gap: int = 64, optimism: float = 1.0,
+                 row_stops: bool = False, weigh_left: bool = True):
+        self.max_gamma, self.free_draft, self.row_stops, self.weigh_left = max_gamma, free_draft, row_stops, weigh_left
+        self._w: list | None = None  # per row: its weight in the batch's decision (sums to 1)
+        self.optimism = check_real("optimism", optimism, min=0.0)
+        self.state = state if state is not None else DraftingState(probe_gap=first_gap)
+        self.model = self.state.model
+        self._first_gap, self.max_probe_gap = first_gap, max_probe_gap
+        self.probing = False
+        self.early_stops = 0  # row-steps whose drafting the policy stopped before their cap
+        self._p: list | None = None  # per row: P(all positions so far accepted); None before a step drafts
+        self._alive: list | None = None  # per row: still drafting this step
+        # Priced on the table made monotone in k: a noisy measurement must not make the policy chase a k
+        # that happened to time cheaper than a smaller one.
+        cost_model = cost_model.monotone()
+        if free_draft:
+            cost_model = cost_model.without_draft()
+        self.cost = cost_model  # what the policy prices with
+        self._t_draft = cost_model.t_draft
+        self._step = [cost_model.step_time(k) for k in range(max_gamma + 1)]  # k = 0: a plain step
+        # A step's seconds outside draft calls when it verifies k drafted tokens: T_target(k + 1) and the loop's
+        # overhead at that length (k = 0: a plain step, which skips the verification path)
+        self._verify = [cost_model.t_target(k + 1) + cost_model.overhead(k) for k in range(max_gamma + 1)]
+        self._rate = 1.0 / self._step[0]
+
+    # ------------------------------------------------------------------------------ pricing
+    def step_time(self, k: int) -> float:
+        """Seconds of a step drafting k tokens (k = 0: a plain step): :meth:`CostModel.step_time`."""
+        return self._step[k]
+
+    def best_length(self, alpha: float, later: float | None = None) -> tuple[int, float]:
+        """(K, tokens per second) of the best fixed length 0..max_gamma: acceptance `alpha` at position 1 and
+        `later` (default `alpha`) at each position after an accepted one."""
+        best, rate, e, pw = 0, 1.0 / self.step_time(0), 1.0, 1.0
+        for k in range(1, self.max_gamma + 1):
+            pw *= alpha if k == 1 or later is None else later
+            e += pw
+            r = e / self.step_time(k)
+            if r > rate * (1 + 1e-9):
+                best, rate = k, r
+        return best, rate
+
+    # ------------------------------------------------------------------------------ protocol
+    def next_lengths(self, left: torch.Tensor) -> torch.Tensor:
+        alpha, later = self.model.mean(), self.model.continuation()
+        k, self._rate = self.best_length(alpha, later)
+        if k and self.state.seconds > 0:  # adapting beats the best fixed length: hold drafting to its rate
+            self._rate = max(self._rate, self.state.tokens / self.state.seconds)
+        self.probing, st = False, self.state
+        # Optimism under uncertainty (AcceptanceModel.uncertainty): the rate R a fresh step is worth stays the
+        # estimate's, but positions after an accepted one are valued at their optimistic rate, and a step is
+        # plain only if no length pays even at optimistic rates.
+        u_first, u_later = self.model.uncertainty(self.optimism)
+        hope = min(later + u_later, 1.0)
+        if k == 0 and self.best_length(min(alpha + u_first, 1.0), hope)[0] > 0:
+            self.probing, k = True, 1  # too little evidence yet to rule drafting out: a probe that leaves
+            # the probing gap as it is
+        elif k == 0:
+            st.since_probe += 1
+            if st.since_probe >= st.probe_gap:  # re-probe: draft; include() lets one position through
+                self.probing, st.since_probe = True, 0
+                st.probe_gap = min(2 * st.probe_gap, self.max_probe_gap)
+                k = 1
+        else:
+            st.probe_gap = self._first_gap  # drafting pays again: probe soon after it stops paying
+        self._alpha, self._later, self._p = alpha, hope, None
+        # A model drafter stops itself (include / more) below max_gamma; a model-free one (prompt lookup)
+        # finds up to max_gamma tokens (1 for a probe) and trim() picks how many the step verifies.
+        cap = (1 if self.probing else self.max_gamma) if k else 0
+        # A batch ends with its slowest row, so the rows with the most left weigh most in its decisions
+        w = (left.clamp(min=0) + 1).tolist() if self.weigh_left else [1] * len(left)
+        self._w = [x / sum(w) for x in w] if w else w
+        return left.clamp(min=0, max=cap)
+
+    def include(self, i: int, confidence: torch.Tensor, caps: torch.Tensor) -> torch.Tensor:
+        """Which rows draft position i (1-based): `confidence [B]` = max_x q_i(x) per row, `caps [B]` this
+        step's caps. Returns `[B]` bool; a row that stops stays stopped for the step.
+
+        A row's position i is priced at what it adds to the step's time. Alone in its step (batch 1) that is
+        position i's share of the step, and the row stops when its P no longer pays for it. In a batch, one
+        draft forward and one target forward serve every row, padded to the longest: once the batch drafts
+        position i (the batch's P pays for it), a row's own position i costs nothing more, so every row
+        whose cap allows it drafts it. Stopping rows below the threshold there threw away expected tokens
+        at no saving (batch 4, held-out greedy: 2.7-2.8 tokens per row-step against gamma=4's 3.16, r13).
+        When the batch's P no longer pays, the whole batch stops. The batch's P weighs each row's P by the
+        tokens it has left (with `weigh_left`; else their mean): a batch ends with its slowest row, and
+        tokens for a row about to finish do not bring that end nearer."""
+        conf = confidence.tolist()
+        self.model.see(conf)
+        acc = self.model.predict(conf)
+        if self._p is None:
+            self._caps = caps.tolist()
+            prev, alive = [1.0] * len(conf), [True] * len(conf)
+        else:
+            prev, alive = self._p, self._alive
+        alive = [al and c >= i for al, c in zip(alive, self._caps)]
+        p = [pp * a if al else 0.0 for pp, a, al in zip(prev, acc, alive)]  # P(all so far accepted)
+        if self.probing and i == 1:  # a probe verifies at least one position
+            ok = alive
+        else:
+            h = self.threshold(i)
+            if self._batch_p(p) <= h:
+                ok = [False] * len(p)
+            else:  # batch 1: the row's own P decides; a batch: the position is paid for every row
+                ok = alive if len(p) > 1 and not self.row_stops else [al and pi > h for al, pi in zip(alive, p)]
+        self.early_stops += sum(al and not o for al, o in zip(alive, ok))
+        self._p, self._alive = p, ok
+        return torch.tensor(ok, dtype=torch.bool, device=confidence.device)
+
+    def _batch_p(self, p: list) -> float:
+        """The batch's P: the rows' P weighted by the tokens each has left (their mean when all have as many)."""
+        w = self._w if self._w is not None and len(self._w) == len(p) else [1.0 / len(p)] * len(p)
+        return sum(wi * pi for wi, pi in zip(w, p))
+
+    def threshold(self, i: int, paid: bool = True) -> float:
+        """The least P for which drafting position i pays; P = P(positions < i accepted) x P(position i
+        accepted) when position i's draft call is `paid` (its forward produced the confidence), else
+        P(positions < i accepted) and position i expected at rate a.
+
+        Drafting on to length L >= i adds P x S(L) expected tokens, S(L) = 1 + a + .. + a^(L-i) with a the
+        continuation rate (:meth:`AcceptanceModel.continuation`: acceptance after an accepted position), times
+        position i's expected rate when it is not drafted yet, and costs
+        C(L) = (L - i + [not paid]) t_draft + V(L) - V(i - 1) more time, V(k) = T_target(k + 1) + the loop's
+        overhead of a step verifying k drafted tokens (V(0): a plain step's). At the policy's rate
+        R (tokens per second: the best fixed length's under the model, or what this policy's drafting steps
+        achieved, priced by the cost model from counts, whichever is higher) that pays iff P > R C(L) / S(L)
+        for some L: the threshold is the least of those.
+        """
+        # positions after i are reached only after accepted ones: priced at the continuation rate
+        a, t0 = self._later, self._verify[i - 1]  # stopping before position i verifies i - 1 drafts (none
+        # before position 1: a plain step)
+        best, s, pw = math.inf, 0.0, 1.0 if paid else (self._alpha if i == 1 else self._later)
+        for L in range(i, self.max_gamma + 1):
+            s += pw
+            pw *= a
+            extra = (L - i + (not paid)) * self._t_draft + self._verify[L] - t0
+            best = min(best, self._rate * extra / max(s, 1e-300))
+        return best
+
+    def more(self, i: int) -> bool:
+        """After position i was drafted: is the draft call for position i + 1 expected to pay? Asked before
+        that call, so a step whose next position is not worth drafting does not waste a forward on it."""
+        if self._p is None or i >= self.max_gamma:
+            return False
+        go = any(self._alive) and self._batch_p(self._p) > self.threshold(i + 1, paid=False)
+        if not go:  # rows still drafting whose cap allowed position i + 1 stop early here
+            self.early_stops += sum(al and c > i for al, c in zip(self._alive, self._caps))
+        return go
+
+    def trim(self, found: list[int]) -> int:
+        """How many of its found tokens each row drafts, for a model-free drafter (prompt lookup), which finds
+        every row's continuation (`found [B]`: lengths, within this step's caps) before any is verified, for
+        free: the width L that maximises the step's expected tokens over its price,
+        (B + sum_b E(min(L, found_b))) / step_time(L), E(m) = a1 (1 + a + .. + a^(m-1)) with a1 the first
+        position's rate and a the continuation rate; L = 0 is a plain step (a probe keeps 1).
+
+        The step is as wide as its longest row, and rows that found nothing pay for that width too. Pricing
+        each row as if it drafted alone (the caps of next_lengths) made batch-4 steps 5 wide whenever one
+        row had found a repeat, and prompt lookup ran at 0.84-0.91x the target alone (r13). The decision
+        reads the rows' histories only (the drafts are functions of them; q is one-hot), so verification
+        stays exact. Rows whose found tokens are cut count as early stops."""
+        top = max(found, default=0)
+        if top == 0:
+            return 0
+        a1, a = self._alpha, self._later
+        best, rate = 0, len(found) / self._step[0]
+        for width in range(1, min(top, self.max_gamma) + 1):
+            e = sum(a1 * (1.0 - a ** m) / (1.0 - a) if a < 1.0 else a1 * m for m in (min(width, f) for f in found))
+            r = (len(found) + e) / self._step[width]
+            if r > rate * (1 + 1e-9):
+                best, rate = width, r
+        best = max(best, 1) if self.probing else best
+        self.early_stops += sum(f > best for f in found)  # rows whose found tokens were cut
+        return best
+
+    def observe(self, draft, accepted: torch.Tensor) -> None:
+        """Update the acceptance model from a verdict: position j of row b was reached when j <= n_b + 1.
+
+        `draft.confidence [B, K]` is what the drafter saw at each position; None (a model-free drafter,
+        one-hot q) counts every drafted position at confidence 1, seen here since include() was not asked.
+        """
+        k = draft.tokens.shape[1]
+        if k == 0:
+            return
+        st = self.state  # priced from counts, never from clocks: seeded runs reproduce
+        st.tokens = 0.98 * st.tokens + float(accepted.double().mean()) + 1.0
+        st.seconds = 0.98 * st.seconds + self._step[k]
+        lengths, acc = draft.lengths.tolist(), accepted.tolist()
+        conf = draft.confidence.tolist() if draft.confidence is not None else None
+        if conf is None:  # one-hot q: every drafted position at confidence 1
+            self.model.see([1.0] * sum(lengths))
+        seen, ok, later = [], [], []
+        for b, (length, n) in enumerate(zip(lengths, acc)):
+            for j in range(min(length, n + 1)):  # position j + 1 reached: drafted, all before accepted
+                seen.append(1.0 if conf is None else conf[b][j])
+                ok.append(j < n)
+                later.append(j > 0)
+        self.model.observe(seen, ok, later)

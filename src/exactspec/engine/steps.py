@@ -1,0 +1,44 @@
+"""What every step shares, chain or tree: the prefill that leaves the prompt's last token pending, cutting a
+step's tokens at EOS, and writing them into the output."""
+from __future__ import annotations
+
+import torch
+
+from exactspec.backends.cache import SlotCache, sync as _sync
+
+__all__ = ["cut_at_eos", "write_emitted", "prefill"]
+
+
+def cut_at_eos(emitted: torch.Tensor, count: torch.Tensor, eos: torch.Tensor):
+    """`emitted [B, W]` tokens of a step, `count [B]` of them emitted per row: cut each row after its first
+    EOS. Returns `(count [B], ended [B] bool)`."""
+    pos = torch.arange(emitted.shape[1], device=emitted.device)[None, :]
+    hit = torch.isin(emitted, eos) & (pos < count[:, None])
+    ended = hit.any(1)
+    return torch.where(ended, hit.long().argmax(1) + 1, count), ended
+
+
+def write_emitted(out, from_draft, n_gen, active, emitted, n, count) -> None:
+    """Append each active row's first `count[b]` tokens of `emitted [B, W]` to `out [B0, max_new]` after
+    its `n_gen[b]` tokens; the first `n[b]` of them were draft tokens (`from_draft`)."""
+    pos = torch.arange(emitted.shape[1], device=emitted.device)[None, :]
+    write = pos < count[:, None]  # [B, W]
+    rows = active[:, None].expand_as(write)[write]
+    cols = (n_gen[active][:, None] + pos).expand_as(write)[write]
+    out[rows, cols] = emitted[write]
+    from_draft[rows, cols] = (pos < n[:, None]).expand_as(write)[write]
+    n_gen[active] += count
+
+
+def prefill(model, drafter, ids: torch.Tensor, mask: torch.Tensor):
+    """Both caches take the prompt `[B, P]` minus its last token, which stays pending (the first
+    verification feeds it, so every target call produces >= 1 token). Returns `(SlotCache, pending [B])`."""
+    target = SlotCache(model)
+    target.use_lean(ids.shape[0], target=True)  # transformers' ops without its per-call overhead (leanforward)
+    if getattr(drafter, "wants_target_features", False):  # a feature draft reads the target's hidden states
+        drafter.watch(target)
+    if ids.shape[1] > 1:
+        target.forward(ids[:, :-1], mask[:, :-1].bool(), logits_to_keep=1)
+    drafter.start(ids, mask)
+    _sync(ids.device)
+    return target, ids[:, -1]

@@ -1,0 +1,1 @@
+"""The mathematics of speed: expected tokens, speedups, acceptance, the cost model and predictions."""
