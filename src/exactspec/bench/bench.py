@@ -25,17 +25,16 @@ import json
 import pathlib
 import statistics
 import time
+import types
 from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
 
-from exactspec.bench.benchcalibration import (calibrated, median, plain_calibration_call, predicted_speedup, prediction_errors, predictions_by_repeat)
+from exactspec.bench.benchcalibration import plain_calibration_call
+from exactspec.bench.benchrows import BASELINE, LOOP, SystemResult, feature_draft as _feature, finish_report
 from exactspec.engine.baseline import target_alone_loop
-from exactspec.speed.stats import GenerationStats
 
-BASELINE = "target (HF generate)"
-LOOP = "target (exactspec loop)"
 
 
 @dataclass
@@ -85,33 +84,6 @@ def load_prompts(path: str | pathlib.Path) -> list[str]:
     if not prompts or not all(isinstance(p, str) and p.strip() for p in prompts):
         raise ValueError(f"--prompts {path}: no prompts, or an empty one")
     return prompts
-
-
-@dataclass
-class SystemResult:
-    name: str
-    times: list[float] = field(default_factory=list)  # seconds per repeat (all prompt batches)
-    tokens: list[int] = field(default_factory=list)  # new tokens per repeat
-    stats_by_repeat: dict = field(default_factory=dict)  # repeat -> exactspec GenerationStats per call
-
-    @property
-    def stats(self) -> list:
-        """The last repeat's GenerationStats, one per call (what the report's acceptance figures read)."""
-        return self.stats_by_repeat[max(self.stats_by_repeat)] if self.stats_by_repeat else []
-
-    @property
-    def tokens_per_second(self) -> float:
-        return statistics.median(n / t for n, t in zip(self.tokens, self.times))
-
-    def ratios_to(self, other: "SystemResult") -> list[float]:
-        """This system's tokens/s over `other`'s, repeat by repeat (the two were timed interleaved)."""
-        return [(n / t) / (n0 / t0) for n, t, n0, t0 in zip(self.tokens, self.times, other.tokens, other.times)]
-
-    def speedup_over(self, other: "SystemResult") -> float:
-        """The median of :meth:`ratios_to`: a repeat's systems ran side by side, prompt batch by prompt batch,
-        so a ratio within one repeat cancels the machine's drift between repeats, which a ratio of two
-        medians taken from different repeats does not."""
-        return statistics.median(self.ratios_to(other))
 
 
 def _batches(tokenizer, prompts: list[str], batch_size: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -192,45 +164,67 @@ def build_systems(target, draft, tokenizer, cfg: BenchConfig, cost_model) -> dic
     return {s.name: s for s in systems}
 
 
-def _feature(draft) -> bool:
-    from exactspec.pairs.featuredraft import FeatureDraft
-
-    return isinstance(draft, FeatureDraft)
-
-
 def tree_system_name(tree) -> str:
     """"exactspec tree (3,2,1,1)", "exactspec tree (n=12)" (dynamic) or "exactspec tree (auto)"."""
     label = ",".join(map(str, tree)) if isinstance(tree, tuple) else f"n={tree}" if isinstance(tree, int) else tree
     return f"exactspec tree ({label})"
 
 
-def run_bench(target, draft, tokenizer, cfg: BenchConfig, progress=None) -> dict:
+def run_bench(target, draft, tokenizer, cfg: BenchConfig, progress=None, events=None) -> dict:
     """Run every system on every prompt batch, `cfg.repeats` times, interleaved; return the report dict.
 
-    `progress(done, total)` is called after each timed call (the CLI passes a rich progress bar).
+    `progress(done, total)` is called after each timed call (the CLI passes a rich progress bar). `events(info)`,
+    when given, hears each phase as it begins (``{"phase": "cost model" | "warm-up" | "timed calls"}``, the
+    last with ``"total"``) and each timed call as it ends (``{"done", "total", "repeat", "batch", "prompts"
+    (indices), "system", "seconds"}``). A KeyboardInterrupt (Ctrl-C) propagates as :class:`~exactspec.bench.benchpartial.BenchInterrupted`,
+    carrying the report of what was measured before it.
     """
+    run = types.SimpleNamespace(cfg=cfg, draft=draft, cost_model=None, systems={}, results={}, passes=[],
+                                completed=0, done=0, total=None, batches=None, equal=None, compared={},
+                                at_call=None, at_batch=None)
+    try:
+        return _run_bench(target, draft, tokenizer, cfg, progress, events or (lambda info: None), run)
+    except KeyboardInterrupt as exc:
+        from exactspec.bench.benchpartial import BenchInterrupted, partial_report
+
+        try:
+            report = partial_report(run)
+        except Exception:  # a failure to summarise must not turn Ctrl-C into another error
+            report = None
+        raise BenchInterrupted(report) from exc
+
+
+def _run_bench(target, draft, tokenizer, cfg: BenchConfig, progress, events, run) -> dict:
+    """:func:`run_bench`, keeping in `run` what a partial report needs: the repeats completed and, in the
+    repeat under way, copies of its records after each timed call (``at_call``) and each prompt batch
+    (``at_batch``), taken once every record of that call is written."""
+    from exactspec.bench.benchpartial import snapshot
     from exactspec.speed.costmodel import CostModel
     from exactspec.pairs.featuredraft import timed_model
 
-    batches = _batches(tokenizer, cfg.prompts, cfg.batch_size)
+    batches = run.batches = _batches(tokenizer, cfg.prompts, cfg.batch_size)
     # Calibrate at the bench's own batch size and typical prompt length.
     prompt_len = int(statistics.median(int(m.sum(1).max()) for _, m in batches))
-    cost_model = CostModel.measure(target, timed_model(draft), repeats=5, batch_size=cfg.batch_size,
-                                   prompt_len=prompt_len)
-    systems = build_systems(target, draft, tokenizer, cfg, cost_model)
-    results = {name: SystemResult(name) for name in systems}
+    events({"phase": "cost model"})
+    cost_model = run.cost_model = CostModel.measure(target, timed_model(draft), repeats=5,
+                                                    batch_size=cfg.batch_size, prompt_len=prompt_len)
+    systems = run.systems = build_systems(target, draft, tokenizer, cfg, cost_model)
+    results = run.results = {name: SystemResult(name) for name in systems}
     total, done = cfg.repeats * len(batches) * len(systems), 0
+    run.total = total
     # Greedy: every system's tokens must equal target-alone `generate`'s, prompt by prompt (last repeat),
     # up to the row's first end-of-sequence token: `generate` runs with min_new_tokens (equal lengths), which
     # bans EOS, while exactspec's systems run with no EOS and keep the target's argmax, EOS included. Where
     # the row's first EOS is, our target-alone loop says (it bans nothing), so a system that ends early
     # still differs from `generate` there.
-    equal = {name: True for name in systems} if cfg.temperature == 0 else None
-    compared = {name: 0 for name in systems}
+    equal = run.equal = {name: True for name in systems} if cfg.temperature == 0 else None
+    compared = run.compared = {name: 0 for name in systems}
     eos = eos_ids(target, tokenizer)
+    events({"phase": "warm-up"})
     for system in systems.values():  # warm-up: first calls pay for allocation and lazy initialisation
         system.run(*batches[0], cfg.seed)
-    passes = []  # per repeat: the untimed calibration calls (exactspec systems' statistics, plain seconds)
+    events({"phase": "timed calls", "total": total})
+    passes = run.passes  # per repeat: the untimed calibration calls (exactspec systems' statistics, plain seconds)
     spec_names = [k for k, s in systems.items() if s.kind == "exactspec"]
     # Plain decoding is priced by our loop's timed call; a bench without it makes an untimed one instead.
     plain_before = None if any(s.kind == "loop" for s in systems.values()) else \
@@ -240,7 +234,7 @@ def run_bench(target, draft, tokenizer, cfg: BenchConfig, progress=None) -> dict
         cal = {"stats": {k: [] for k in spec_names}, "plain": 0.0, "plain_prefill": 0.0, "calls": 0}
         for b, (ids, mask) in enumerate(batches):
             cal_seed = cfg.seed - 1 - r * len(batches) - b
-            for name, system in systems.items():  # interleaved: A B C A B C ...
+            for i, (name, system) in enumerate(systems.items()):  # interleaved: A B C A B C ...
                 # Each timed call of ours follows its own untimed calibration call, back to back, so the
                 # prediction prices the loop at the machine's speed of that moment: this VM's speed drifts
                 # by up to 25% within a bench, and a pass made apart from the timed call missed that.
@@ -252,8 +246,9 @@ def run_bench(target, draft, tokenizer, cfg: BenchConfig, progress=None) -> dict
                 t0 = time.perf_counter()
                 n, stats, new = system.run(ids, mask, cfg.seed + 1000 * r + b,
                                            **({"timings": timings} if system.kind == "loop" else {}))
+                seconds = time.perf_counter() - t0
                 if system.kind == "loop":  # plain decoding's price: this very call
-                    plain_calibration_call(target, ids, mask, cfg, cal_seed, cal, time.perf_counter() - t0, timings)
+                    plain_calibration_call(target, ids, mask, cfg, cal_seed, cal, seconds, timings)
                 if equal is not None and r == cfg.repeats - 1:
                     if name == BASELINE:
                         reference, cut_from = new, None
@@ -267,25 +262,20 @@ def run_bench(target, draft, tokenizer, cfg: BenchConfig, progress=None) -> dict
                 if stats is not None:
                     results[name].stats_by_repeat.setdefault(r, []).append(stats)
                 done += 1
+                run.done = done
+                run.at_call = snapshot(r, b, i, totals, cal, results)
+                if i == len(systems) - 1:
+                    run.at_batch = run.at_call
                 if progress:
                     progress(done, total)
+                events({"done": done, "total": total, "repeat": r, "batch": b, "system": name, "seconds": seconds,
+                        "prompts": list(range(b * cfg.batch_size, min((b + 1) * cfg.batch_size, len(cfg.prompts))))})
         passes.append(cal)
         for name, (t, n) in totals.items():
             results[name].times.append(t)
             results[name].tokens.append(n)
-    loop_costs, prefill = calibrated(passes, systems, cfg, cost_model)
-    by_repeat = [calibrated([cal], systems, cfg, cost_model) for cal in passes]
-    report = _report(results, systems, cfg, cost_model, loop_costs, prefill,
-                     predictions_by_repeat(results, systems, cfg, by_repeat))
-    if _feature(draft):
-        report["notes"].append("a feature draft (EAGLE-style) drafts chains only, and HF assisted generation "
-                               "cannot run it")
-    report["calibrated_by_repeat"] = [{"cost_models": {k: cm.to_dict() for k, cm in costs.items()},
-                                       "prefill_seconds": pre} for costs, pre in by_repeat]
-    for row in report["rows"]:
-        row["greedy_equals_target_generate"] = None if equal is None else equal[row["system"]]
-        row["greedy_tokens_compared"] = None if equal is None else compared[row["system"]]
-    return report
+        run.completed = r + 1
+    return finish_report(results, systems, passes, cfg, cost_model, draft, equal, compared)
 
 
 def eos_ids(target, tokenizer) -> set:
@@ -307,76 +297,3 @@ def greedy_prefix_equal(new: torch.Tensor, reference: torch.Tensor, eos: set,
         ok &= a[:cut] == b[:cut]
         n += cut
     return ok, n
-
-
-def _report(results: dict[str, SystemResult], systems: dict[str, System], cfg: BenchConfig, cost_model,
-            loop_costs: dict, prefill: dict, predicted: dict[str, list]) -> dict:
-    base = results[BASELINE]
-    loop = results.get(LOOP)
-    assisted = next((results[k] for k, s in systems.items() if s.kind == "assisted"), None)
-    rows = []
-    for name, res in results.items():
-        system = systems[name]
-        tps = res.tokens_per_second
-        st = GenerationStats.merge(res.stats) if res.stats else None
-        rows.append({
-            "system": name,
-            "kind": system.kind,
-            "gamma": system.gamma,
-            "method": system.method,
-            "drafter": system.drafter,
-            "tokens_per_second": tps,
-            "speedup_vs_target": res.speedup_over(base),
-            "speedup_vs_exactspec_loop": res.speedup_over(loop) if loop else None,
-            "speedup_vs_assisted": res.speedup_over(assisted) if assisted else None,
-            "acceptance_rate": st.acceptance_rate if st else None,
-            "mean_accepted_per_step": st.mean_accepted_per_step if st else None,
-            "mean_tokens_per_step": st.mean_tokens_per_step if st else None,
-            "tokens_per_target_call": st.tokens_per_target_call if st else None,
-            "per_position_acceptance": [a / d if d else None for a, d in
-                                        zip(st.position_accepted, st.position_drafted)] if st else [],
-            "length_counts": st.length_counts if st else [],
-            "alphas_by_length": st.alphas_by_length() if st else [],  # what the prediction reads
-            # Loop-calibrated: the median over repeats of each repeat's prediction (its own calibration calls).
-            "predicted_speedup": median(predicted.get(name, [])),
-            "predicted_speedup_by_repeat": predicted.get(name),
-            "speedup_vs_exactspec_loop_by_repeat": res.ratios_to(loop) if loop and st else None,
-            "predicted_speedup_forwards": predicted_speedup(system, res.stats, cost_model) if st else None,
-            "plain_steps": st.plain_steps if st else None,
-            # tree systems: steps that drafted a tree (tree="auto" runs gamma="auto"'s chain when trees do not pay)
-            "tree_steps": len(st.tree_history) if st and system.tree is not None else None,
-            "early_stops": st.early_stops if st else None,
-            # Where a step's time goes inside the loop (ms per target call): what the cost model prices
-            # (draft and target forwards) against what it does not (sampling, verification, bookkeeping).
-            "ms_per_step": {part: 1e3 * getattr(st, f"{part}_time") / st.target_calls
-                            for part in ("draft", "target", "verify")} if st and st.target_calls else None,
-            "times": res.times,
-            "tokens": res.tokens,
-        })
-    return {
-        "config": {k: v for k, v in vars(cfg).items() if k != "prompts"} | {"num_prompts": len(cfg.prompts)},
-        "threads": torch.get_num_threads(),
-        "cost_model": cost_model.to_dict(),
-        "cost_ratio": cost_model.cost_ratio,
-        "calibrated_cost_models": {name: cm.to_dict() for name, cm in loop_costs.items()},
-        "calibrated_prefill_seconds": prefill,
-        "rows": rows,
-        "summary": _summary(rows),
-        "prediction_errors": prediction_errors(rows),
-        "notes": ["HF assisted generation supports batch size 1 only"] if cfg.batch_size > 1 else [],
-    }
-
-
-def _summary(rows: list[dict]) -> dict:
-    """The best fixed gamma of the draft model's token rule beside gamma="auto" (tokens/s ratios)."""
-    chain = [r for r in rows if r["kind"] == "exactspec" and r["drafter"] == "model" and r["method"] == "token"]
-    fixed = [r for r in chain if isinstance(r["gamma"], int)]
-    auto = next((r for r in chain if r["gamma"] == "auto"), None)
-    if not fixed:
-        return {}
-    best = max(fixed, key=lambda r: r["speedup_vs_target"])
-    out = {"best_fixed_gamma": best["gamma"], "best_fixed_speedup_vs_target": best["speedup_vs_target"]}
-    if auto is not None:
-        out |= {"auto_speedup_vs_target": auto["speedup_vs_target"],
-                "auto_vs_best_fixed": auto["speedup_vs_target"] / best["speedup_vs_target"]}
-    return out

@@ -12,8 +12,15 @@ def _fmt(x, spec: str = ".2f") -> str:
 def bench_markdown(report: dict) -> str:
     """The benchmark table as Markdown (the same numbers as bench.json)."""
     cfg = report["config"]
-    cm = report["cost_model"]
-    lines = [
+    cm = report.get("cost_model")
+    part = report.get("partial")
+    head = [f"**Partial**: interrupted after {part['timed_calls_done']} of "
+            f"{'?' if part['timed_calls_planned'] is None else part['timed_calls_planned']} timed calls "
+            f"({part['repeats_done']} of {part['repeats_planned']} repeats complete); rows from {part['rows_from']}.",
+            ""] if part else []
+    if not report["rows"]:
+        return "\n".join(head) + "\n"
+    lines = head + [
         f"max_new_tokens={cfg['max_new_tokens']}, temperature={cfg['temperature']}, top_p={cfg.get('top_p', 1.0)}, batch_size={cfg['batch_size']}, "
         f"prompts={cfg['num_prompts']}, repeats={cfg['repeats']} (median), threads={report['threads']}; "
         f"cost model: t_draft={cm['t_draft'] * 1e3:.2f} ms, T_target(1)={_t(cm, 1)}, T_target(5)={_t(cm, 5)}, "
@@ -101,18 +108,22 @@ def _t(cm: dict, k: int) -> str:
 
 
 def write_bench(report: dict, out: str | pathlib.Path) -> list[pathlib.Path]:
-    """Write bench.json, bench.md and the PNG plots into `out`; return the paths written."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    """Write bench.json, bench.md and the PNG plots into `out` (a partial report with no rows: no plots);
+    return the paths written."""
     out = pathlib.Path(out)
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / "bench.json", out / "bench.md"]
-    paths[0].write_text(json.dumps(report, indent=1))
-    paths[1].write_text(bench_markdown(report))
+    for path, text in zip(paths, (json.dumps(report, indent=1), bench_markdown(report))):
+        tmp = path.with_name(path.name + ".tmp")  # a second Ctrl-C while writing leaves the old file whole
+        tmp.write_text(text)
+        tmp.replace(path)
     rows = report["rows"]
+    if not rows:  # a partial report of nothing timed: no plot to draw
+        return paths
+    import matplotlib  # after the JSON and Markdown are on disk: the import takes a second
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(9, 4))
     ax.barh([r["system"] for r in rows], [r["speedup_vs_target"] for r in rows], color="tab:blue")
@@ -131,7 +142,8 @@ def write_bench(report: dict, out: str | pathlib.Path) -> list[pathlib.Path]:
     ax.set_xlabel("draft position i")
     ax.set_ylabel("P(accept i | accepted < i)")
     ax.set_ylim(0, 1.05)
-    ax.legend(fontsize=7)
+    if ax.get_lines():  # a partial report may have no system that drafted yet
+        ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out / "acceptance.png", dpi=120)
     paths.append(out / "acceptance.png")

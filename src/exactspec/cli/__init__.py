@@ -168,11 +168,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    """Run the command line `argv`; the exit status. Ctrl-C never shows a traceback: the long commands keep and
+    say what they finished (exactspec.cli.progress), anything else says it was interrupted; status 130."""
     try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:  # --help (0) or a one-line usage error (2): an exit status, like the rest
-        return exc.code if isinstance(exc.code, int) else 2
+        parser = build_parser()
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as exc:  # --help (0) or a one-line usage error (2): an exit status, like the rest
+            return exc.code if isinstance(exc.code, int) else 2
+    except KeyboardInterrupt:
+        return 130
     if not getattr(args, "func", None):
         print(f"exactspec: error: a command is required, one of {', '.join(SUBCOMMANDS)} "
               "(see exactspec --help)", file=sys.stderr)
@@ -184,6 +189,10 @@ def main(argv: list[str] | None = None) -> int:
         # reported on one line, never as a traceback or a silent wrong answer. Other exceptions are bugs.
         print(f"exactspec {args.command}: error: {_cli_words(str(exc), args)}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # before the command had anything to keep (loading models), or a second Ctrl-C
+        print(f"exactspec {args.command}: interrupted (nothing finished to keep)",
+              file=sys.stderr, flush=True)
+        return 130
 
 
 def _cli_words(message: str, args) -> str:

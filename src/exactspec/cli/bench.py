@@ -69,8 +69,10 @@ def _load(args: argparse.Namespace, pair: str | None):
     from exactspec.pairs.stdlib import load_pair
     from exactspec.pairs.load import load_pair as load_named
 
+    if pair:  # a shipped pair hides its own conversion's tqdm bar, and may say on stderr that it rebuilt its cache
+        return load_named(pair)
     with contextlib.redirect_stderr(io.StringIO()):  # transformers' GGUF loader draws a plain tqdm bar there
-        return load_named(pair) if pair else load_pair(args.target, args.draft)
+        return load_pair(args.target, args.draft)
 
 
 def _check_out_dir(out: str) -> None:
@@ -97,17 +99,15 @@ def _check_systems(systems: str | None, gamma_n: int, gammas, trees=()) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import json
+    import pathlib
 
     import torch
-    from rich.console import Console
-    from rich.markdown import Markdown
-    from rich.progress import Progress
 
     from exactspec.bench.bench import BenchConfig, load_prompts, run_bench
+    from exactspec.bench.benchpartial import BenchInterrupted
     from exactspec.cli import parse_gamma, parse_tree
+    from exactspec.cli.progress import Progress
     from exactspec.pairs.load import chat_prompt, is_chat, pair_prompts
-    from exactspec.bench.report import bench_markdown, write_bench
 
     gamma, gammas = parse_gamma(args.gamma), _gammas(args.gammas)
     if args.top_p <= 0:
@@ -126,31 +126,79 @@ def run(args: argparse.Namespace) -> int:
     hf_logging.disable_progress_bar()
     # transformers' assisted generation warns about the arguments it passes itself; not the user's concern.
     hf_logging.set_verbosity_error()
-    target, draft, tokenizer = _load(args, pair)
-    draft = cast_draft(draft, args.draft_dtype, target)
-    prompts = prompts[: args.num_prompts]
-    if chat:
+    pathlib.Path(args.out).mkdir(parents=True, exist_ok=True)
+    with Progress("bench", log=str(pathlib.Path(args.out) / "bench.log")) as progress:
+        progress.phase("loading the models")
+        target, draft, tokenizer = _load(args, pair)
+        draft = cast_draft(draft, args.draft_dtype, target)
+        prompts = prompts[: args.num_prompts]
+        if chat:
+            try:
+                prompts = [chat_prompt(tokenizer, p) for p in prompts]
+            except ValueError as exc:
+                raise ValueError(f"--{exc}") from None
+        cfg = BenchConfig(prompts=prompts, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                          top_p=args.top_p,
+                          gamma=gamma, batch_size=args.batch_size, repeats=args.repeats, seed=args.seed,
+                          systems=args.systems.split(",") if args.systems else None, gammas=gammas,
+                          trees=trees)
         try:
-            prompts = [chat_prompt(tokenizer, p) for p in prompts]
-        except ValueError as exc:
-            raise ValueError(f"--{exc}") from None
-    cfg = BenchConfig(prompts=prompts, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                      top_p=args.top_p,
-                      gamma=gamma, batch_size=args.batch_size, repeats=args.repeats, seed=args.seed,
-                      systems=args.systems.split(",") if args.systems else None, gammas=gammas,
-                      trees=trees)
-    console = Console(stderr=args.json)
-    with Progress(console=console, transient=True) as progress:
-        task = progress.add_task("benchmarking (cost model, warm-up, then interleaved runs)", total=None)
-        report = run_bench(target, draft, tokenizer, cfg,
-                           progress=lambda done, total: progress.update(task, completed=done, total=total))
+            report = run_bench(target, draft, tokenizer, cfg, events=lambda info: _event(progress, cfg, info))
+        except BenchInterrupted as exc:
+            return _interrupted(args, exc.report, progress)
+    _show(report, args)
+    return 0
+
+
+_PHASES = {"cost model": "measuring the cost model (bare forward passes)",
+           "warm-up": "warm-up (one untimed call per system)"}
+
+
+def _event(progress, cfg, info: dict) -> None:
+    """run_bench's events as progress: a phase, the start of the timed calls, one finished timed call."""
+    if info.get("phase") == "timed calls":
+        progress.start(info["total"], "timed calls (prompt x system x repeat, interleaved)")
+    elif "phase" in info:
+        progress.phase(_PHASES.get(info["phase"], info["phase"]))
+    else:
+        rows = info["prompts"]
+        which = f"prompt {rows[0] + 1}" if len(rows) == 1 else f"prompts {rows[0] + 1}-{rows[-1] + 1}"
+        rep = f"repeat {info['repeat'] + 1}/{cfg.repeats} " if cfg.repeats > 1 else ""
+        progress.unit(f"{rep}{which} x {info['system']} {info['seconds']:.2f} s", info["done"])
+
+
+def _show(report: dict, args, paths=None) -> list:
+    """Write the report where --out says and show it: JSON, a rendered table on a terminal, else Markdown."""
+    import json
+
+    from rich.console import Console
+    from rich.markdown import Markdown
+
+    from exactspec.bench.report import bench_markdown, write_bench
+
     paths = write_bench(report, args.out)
     if args.json:
-        print(json.dumps(report))
-    else:
-        md = bench_markdown(report)
-        # A terminal gets the rendered table; a pipe or file gets the Markdown itself (an 80-column
-        # rendering of a 10-column table is unreadable, the Markdown is not).
-        console.print(Markdown(md)) if console.is_terminal else print(md)
-        console.print(f"wrote {', '.join(str(p) for p in paths)}")
-    return 0
+        print(json.dumps(report), flush=True)
+        return paths
+    console = Console()
+    md = bench_markdown(report)
+    # A terminal gets the rendered table; a pipe or file gets the Markdown itself (an 80-column
+    # rendering of a 10-column table is unreadable, the Markdown is not).
+    console.print(Markdown(md)) if console.is_terminal else print(md, flush=True)
+    print(f"wrote {', '.join(str(p) for p in paths)}", flush=True)
+    return paths
+
+
+def _interrupted(args, report: dict | None, progress) -> int:
+    """Ctrl-C: the rows measured so far written where a full run writes them, marked partial, and said."""
+    from exactspec.cli.progress import interrupted
+
+    progress.stop_bar()
+    if report is None:
+        return interrupted("bench", "the measurements so far could not be summarised; nothing written", progress)
+    paths = _show(report, args)
+    part = report["partial"]
+    planned = "?" if part["timed_calls_planned"] is None else part["timed_calls_planned"]
+    return interrupted("bench", f"{part['timed_calls_done']} of {planned} timed calls done; wrote a partial report "
+                                f"(rows from {part['rows_from']}) to {', '.join(str(p) for p in paths[:2])}",
+                       progress)

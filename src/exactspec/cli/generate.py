@@ -79,8 +79,9 @@ def load_models(args):
             raise ValueError("--pair replaces --target/--draft; give one or the other")
         if args.chat is None:
             args.chat = is_chat(name)
-        with contextlib.redirect_stderr(io.StringIO()):
-            target, draft, tok = load_named(name, device=args.device)
+        # (no stderr redirection: a shipped pair hides its conversion's tqdm bar itself, and says on stderr
+        # when it rebuilds its cache)
+        target, draft, tok = load_named(name, device=args.device)
         return target, cast_draft(None if args.prompt_lookup else draft, args.draft_dtype, target), tok
     if args.prompt_lookup and args.draft:
         raise ValueError("--prompt-lookup and --draft exclude each other")
@@ -183,26 +184,36 @@ def run(args) -> int:
     kinds = [[] for _ in args.prompts]
     if single:
         console.print(Text(args.prompts[0], style="bold"), end="")
-    for step in stream:  # stream live for one prompt; batches are printed whole at the end
-        for row, toks, fd, drafted in zip(step.rows, step.tokens, step.from_draft, step.drafted):
-            n0 = len(ids[row])
-            ids[row] += toks
-            flags[row] += fd
-            kinds[row] += token_kinds(fd, drafted)
-            if single:
-                for piece, kind in styled_pieces(tok, ids[row], kinds[row], n0):
-                    console.print(Text(piece, style=STYLES[kind]), end="")
+        console.file.flush()
+    interrupted = False
+    try:
+        for step in stream:  # stream live for one prompt; batches are printed whole at the end
+            for row, toks, fd, drafted in zip(step.rows, step.tokens, step.from_draft, step.drafted):
+                n0 = len(ids[row])
+                ids[row] += toks
+                flags[row] += fd
+                kinds[row] += token_kinds(fd, drafted)
+                if single:
+                    for piece, kind in styled_pieces(tok, ids[row], kinds[row], n0):
+                        console.print(Text(piece, style=STYLES[kind]), end="")
+                    console.file.flush()  # a pipe or a file sees each step as it comes
+    except KeyboardInterrupt:  # Ctrl-C: what was produced so far is printed below, and the status is 130
+        interrupted = True
+        for row in range(len(ids)):  # a step cut half-way through its bookkeeping: keep what all three agree on
+            n = min(len(ids[row]), len(flags[row]), len(kinds[row]))
+            ids[row], flags[row], kinds[row] = ids[row][:n], flags[row][:n], kinds[row][:n]
     out = stream.output
     texts = [tok.decode(i, skip_special_tokens=True) for i in ids]
     if args.json:
         print(json.dumps({"text": texts[0] if len(texts) == 1 else None, "texts": texts,
                           "prompts": args.prompts, "token_ids": ids, "from_draft": flags,
-                          "stats": out.stats.to_dict(),
+                          "stats": out.stats.to_dict() if out is not None else None,
+                          **({"interrupted": True} if interrupted else {}),
                           "config": {"gamma": args.gamma, "tree": args.tree, "method": args.method, "do_sample": do_sample,
                                      **sampling, "chat": args.chat, "seed": args.seed,
                                      "max_new_tokens": args.max_new_tokens,
-                                     "drafter": "prompt_lookup" if draft is None else "model"}}))
-        return 0
+                                     "drafter": "prompt_lookup" if draft is None else "model"}}), flush=True)
+        return _interrupted(ids) if interrupted else 0
     if single:
         console.print()
     else:
@@ -215,8 +226,20 @@ def run(args) -> int:
     console.print(Text("accepted draft token", style=STYLES["accepted"]), "  ",
                   Text("corrected after a rejection", style=STYLES["corrected"]), "  ",
                   Text("bonus token (all drafts kept)", style=STYLES["bonus"]))
+    if interrupted:  # no statistics: the run did not end
+        console.file.flush()
+        return _interrupted(ids)
     console.print(stats_table(out.stats))
     return 0
+
+
+def _interrupted(ids: list[list[int]]) -> int:
+    from exactspec.cli.progress import interrupted
+
+    n = sum(map(len, ids))
+    return interrupted("generate", f"{n} new token{'s' if n != 1 else ''} produced"
+                                   + (f" ({', '.join(str(len(i)) for i in ids)} per prompt)" if len(ids) > 1 else "")
+                                   + "; printed the text so far, no statistics (the run did not end)")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -70,10 +70,9 @@ def run(args) -> int:
 
 # ------------------------------------------------------------------------------------------ offline
 def _offline(args, sizes) -> int:
-    from exactspec.deploy.offline import measure_acceptance
-    from exactspec.pairs.load import chat_prompt, is_chat
+    from exactspec.cli.progress import Progress
     from exactspec.deploy.plan import engine_configs, plan_offline
-    from exactspec.engine.treepolicy import AUTO_MAX_BRANCH  # sibling ranks to measure: tree="auto" branches at most so
+    from exactspec.pairs.load import chat_prompt, is_chat
 
     target_path, draft_path = _paths(args)
     if not args.prompts:
@@ -81,20 +80,24 @@ def _offline(args, sizes) -> int:
     prompts = read_prompts(args.prompts)
     if args.max_new_tokens < 1:
         raise ValueError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
-    target, draft, tok = _load(target_path, None if args.prompt_lookup else draft_path, args.pair)
-    if args.pair and is_chat(args.pair):  # a chat pair serves user messages: render them as its template does
-        prompts = [chat_prompt(tok, p) for p in prompts]
-    acc = measure_acceptance(target, tok, prompts, draft=draft, prompt_lookup=args.prompt_lookup,
-                             max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
-                             top_p=args.top_p, max_gamma=args.max_gamma, ngram=args.ngram, seed=args.seed,
-                             tree_ranks=0 if args.prompt_lookup or not args.tree_nodes else AUTO_MAX_BRANCH)
-    costs, notes = _costs(args, sizes, target, draft)
+    given = _costs(args, sizes) if args.cost is not None or args.profile else None  # read before any model loads
+    with Progress("plan") as progress:
+        progress.phase("loading the models")
+        target, draft, tok = _load(target_path, None if args.prompt_lookup else draft_path, args.pair)
+        if args.pair and is_chat(args.pair):  # a chat pair serves user messages: render them as its template does
+            prompts = [chat_prompt(tok, p) for p in prompts]
+        acc, stopped = _acceptance(args, target, draft, tok, prompts, progress)
+        if acc is None:
+            from exactspec.cli.progress import interrupted
+
+            return interrupted("plan", f"no prompt measured yet (of {len(prompts)}); nothing to plan", progress)
+        costs, notes, stopped_costs = given or _costs(args, sizes, target, draft, progress, measure=not stopped)
     drafter = "prompt_lookup" if args.prompt_lookup else "draft_model"
     method = "token"
     out = plan_offline(acc, costs, lambda g: engine_configs(g, drafter=drafter, target=target_path,
                                                              draft=draft_path, ngram=args.ngram, method=method),
                        tree_nodes=args.tree_nodes)
-    out["measured"] = {"prompts": len(prompts), "tokens_written": acc.tokens, "temperature": args.temperature,
+    out["measured"] = {"prompts": len(acc.texts), "tokens_written": acc.tokens, "temperature": args.temperature,
                        "top_k": args.top_k, "top_p": args.top_p, "drafter": drafter, "target": target_path,
                        "draft": draft_path}
     out["notes"] = notes + ["acceptance measured offline: the target wrote the texts, one teacher-forced pass "
@@ -110,8 +113,48 @@ def _offline(args, sizes) -> int:
                             "exactspec.load_pair('smollm2'), and transformers' assisted generation runs it once "
                             "loaded; vLLM and SGLang cannot load this format (a plain Llama head has no -inf "
                             "rows), so their configs above name its folder only as a placeholder")
+    if stopped or stopped_costs:
+        out["partial"] = {"interrupted": True, "prompts_measured": len(acc.texts), "prompts_planned": len(prompts),
+                          "batch_sizes_costed": [b for b, c in costs if c is not None],
+                          "batch_sizes_planned": sizes or [1]}
     _emit(out, args.json)
+    if "partial" in out:
+        from exactspec.cli.progress import interrupted
+
+        part = out["partial"]
+        return interrupted("plan", f"printed the plan of what was measured (partial: {part['prompts_measured']} of "
+                                   f"{part['prompts_planned']} prompts; costed batch sizes "
+                                   f"{part['batch_sizes_costed'] or 'none'} of {part['batch_sizes_planned']})")
     return 0
+
+
+ACCEPTANCE_BATCH = 8  # prompts per measure_acceptance call: its own batch size, so the chunks change nothing
+
+
+def _acceptance(args, target, draft, tok, prompts, progress):
+    """measure_acceptance over the prompts, 8 at a time (each chunk seeded as one call over all of them seeds
+    it: the same texts and figures), a progress line per chunk; Ctrl-C keeps the chunks done.
+    (OfflineAcceptance of those chunks or None, whether it was interrupted)."""
+    from exactspec.deploy.offline import OfflineAcceptance, measure_acceptance
+    from exactspec.engine.treepolicy import AUTO_MAX_BRANCH  # sibling ranks to measure: tree="auto" branches at most so
+
+    kw = dict(draft=draft, prompt_lookup=args.prompt_lookup, max_new_tokens=args.max_new_tokens,
+              temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, max_gamma=args.max_gamma,
+              ngram=args.ngram, batch_size=ACCEPTANCE_BATCH,
+              tree_ranks=0 if args.prompt_lookup or not args.tree_nodes else AUTO_MAX_BRANCH)
+    parts, stopped = [], False
+    progress.start(len(prompts), "measuring acceptance (the target writes; one teacher-forced pass scores)")
+    try:
+        for i in range(0, len(prompts), ACCEPTANCE_BATCH):
+            chunk = prompts[i:i + ACCEPTANCE_BATCH]
+            parts.append(measure_acceptance(target, tok, chunk, seed=args.seed + i, **kw))
+            progress.unit(f"prompts {i + 1}-{i + len(chunk)}" if len(chunk) > 1 else f"prompt {i + 1}", i + len(chunk))
+    except KeyboardInterrupt:
+        stopped = True
+    if not parts:
+        return None, stopped
+    return OfflineAcceptance(parts[0].greedy, parts[0].drafter, parts[0].max_gamma,
+                             [r for a in parts for r in a.rows], [t for a in parts for t in a.texts]), stopped
 
 
 def pair_paths(name: str) -> tuple[str, str]:
@@ -142,9 +185,6 @@ def _paths(args) -> tuple[str, str | None]:
 
 
 def _load(target_path, draft_path, pair=None):
-    import contextlib
-    import io
-
     from transformers.utils import logging as hf_logging
 
     from exactspec.pairs.stdlib import load_pair
@@ -152,9 +192,8 @@ def _load(target_path, draft_path, pair=None):
 
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
-    if pair:
-        with contextlib.redirect_stderr(io.StringIO()):  # the GGUF loader's plain tqdm bar
-            target, draft, tok = load_named(pair)
+    if pair:  # a shipped pair hides its conversion's tqdm bar itself, and says on stderr when it rebuilds its cache
+        target, draft, tok = load_named(pair)
         return target, (draft if draft_path else None), tok
     return load_pair(target_path, draft_path)
 
@@ -202,26 +241,44 @@ def _batch_sizes(text: str | None) -> list[int] | None:
     return list(dict.fromkeys(sizes))
 
 
-def _costs(args, sizes, target=None, draft=None) -> tuple[list, list[str]]:
-    """[(batch size, cost)] and notes. Offline without a cost: measured here (bare forwards)."""
+def _costs(args, sizes, target=None, draft=None, progress=None, measure=True) -> tuple[list, list[str], bool]:
+    """[(batch size, cost)], notes, and whether Ctrl-C stopped the measuring. Offline without a cost: measured
+    here (bare forwards), one batch size at a time; after a Ctrl-C (`measure` False), or for the batch sizes a
+    Ctrl-C left unmeasured, none (acceptance only)."""
     from exactspec.deploy.costprofile import CostProfile
 
     lookup = bool(getattr(args, "prompt_lookup", False))
     if args.cost is not None:
         return [(b, float(args.cost)) for b in sizes or [1]], [
-            f"cost: the paper's model, a step drafting gamma tokens costs gamma*{args.cost:g} + 1 target steps"]
+            f"cost: the paper's model, a step drafting gamma tokens costs gamma*{args.cost:g} + 1 target steps"], False
     if args.profile:
         prof = CostProfile.load(args.profile)
         picked = [(b, prof.cost(b)) for b in sizes or prof.batch_sizes]
         note = f"cost: profile {args.profile}" + (" (calibrated on exactspec's loop)"
                                                   if prof.metadata.get("calibrated") else " (bare forward passes)")
-        return [(b, cm.without_draft() if lookup else cm) for b, cm in picked], [note]
-    if target is None:
+        if prof.metadata.get("partial"):
+            note += " (a partial profile: its measuring was interrupted)"
+        return [(b, cm.without_draft() if lookup else cm) for b, cm in picked], [note], False
+    if target is None or not measure:
         return [(b, None) for b in sizes or [1]], [
-            "no --cost or --profile: acceptance only, no gamma recommended"]
-    prof = CostProfile.measure(target, draft, batch_sizes=sizes or [1], repeats=3)
-    return list(prof.by_batch_size.items()), [
-        "cost: measured on this machine now (bare forward passes); pass --profile from the deployment machine"]
+            "no --cost or --profile: acceptance only, no gamma recommended" if target is None else
+            "cost not measured (interrupted): acceptance only, no gamma recommended"], False
+    measured, stopped = {}, False
+    if progress is not None:
+        progress.start(len(sizes or [1]), "measuring the cost per batch size (bare forward passes)")
+    try:
+        for b in sizes or [1]:
+            measured[b] = CostProfile.measure(target, draft, batch_sizes=[b], repeats=3).cost(b)
+            if progress is not None:
+                progress.unit(f"batch size {b}")
+    except KeyboardInterrupt:
+        stopped = True
+    note = "cost: measured on this machine now (bare forward passes); pass --profile from the deployment machine"
+    if stopped:
+        note += f"; interrupted: batch sizes {[b for b in sizes or [1] if b not in measured]} not costed"
+    # A plan mixes no measured and unmeasured batch sizes: the costed ones, else none (acceptance only).
+    costs = [(b, measured[b]) for b in sizes or [1] if b in measured] or [(b, None) for b in sizes or [1]]
+    return costs, [note], stopped
 
 
 # --------------------------------------------------------------------------------------------- live
@@ -229,7 +286,7 @@ def _live(args, sizes) -> int:
     from exactspec.deploy.enginemetrics import parse_spec_counters, read_metrics, summarize
     from exactspec.deploy.plan import plan_from_counters
 
-    costs, notes = _costs(args, sizes)
+    costs, notes, _ = _costs(args, sizes)
 
     def scrape():
         return parse_spec_counters(read_metrics(args.vllm_metrics), args.model_name)
@@ -278,6 +335,11 @@ def _emit(out: dict, as_json: bool, compact: bool = False) -> None:
 
     console = Console()
     fmt = (lambda v: "-" if v is None else f"{v:.3f}")
+    part = out.get("partial")
+    if part:
+        console.print(f"[bold]partial[/] (interrupted): acceptance from {part['prompts_measured']} of "
+                      f"{part['prompts_planned']} prompts; costed batch sizes {part['batch_sizes_costed'] or 'none'} "
+                      f"of {part['batch_sizes_planned']}")
     pp = " ".join(f"{a:.2f}" for a in out.get("per_position_acceptance") or []) or "-"
     head = f"[bold]{out.get('window', 'offline plan')}[/]: " if "window" in out else ""
     console.print(f"{head}per-position acceptance {pp}; acceptance rate {fmt(out.get('acceptance_rate'))}; "

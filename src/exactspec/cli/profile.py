@@ -4,7 +4,7 @@ Run it on the machine you will deploy on; `exactspec plan --profile FILE` prices
 """
 from __future__ import annotations
 
-from exactspec.cli import pair
+from exactspec.cli import check_out_file, pair
 
 
 def register(subparsers) -> None:
@@ -30,6 +30,7 @@ def run(args) -> int:
     from transformers.utils import logging as hf_logging
 
     from exactspec.cli.plan import _batch_sizes, _load, pair_paths
+    from exactspec.cli.progress import Progress
     from exactspec.deploy.costprofile import CostProfile
 
     if args.pair and (args.target or args.draft):
@@ -43,24 +44,58 @@ def run(args) -> int:
             raise ValueError(f"--threads must be >= 1, got {args.threads}")
         torch.set_num_threads(args.threads)
     sizes = _batch_sizes(args.batch_sizes)
+    check_out_file("--out", args.out)
     target_path, draft_path = pair_paths(args.pair) if args.pair else (args.target, args.draft)
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
-    if args.pair:
-        target, draft, _ = _load(target_path, draft_path, args.pair)
-        target, draft = target.to(args.device), draft.to(args.device)
-    else:
-        from exactspec.pairs.stdlib import load_pair
+    measured, stopped = {}, False
+    with Progress("profile", log=_log_path(args.out)) as progress:
+        progress.phase("loading the models")
+        if args.pair:
+            target, draft, _ = _load(target_path, draft_path, args.pair)
+            target, draft = target.to(args.device), draft.to(args.device)
+        else:
+            from exactspec.pairs.stdlib import load_pair
 
-        target, draft, _ = load_pair(target_path, draft_path, device=args.device)
-    prof = CostProfile.measure(target, draft, batch_sizes=sizes, prompt_len=args.prompt_len, repeats=args.repeats,
-                               calibrate=args.calibrate)
-    prof.metadata.update(target=target_path, draft=draft_path, device=args.device,
-                         threads=torch.get_num_threads())
-    prof.save(args.out)
-    for b, cm in prof.by_batch_size.items():
-        print(f"batch {b}: t_draft {1e3 * cm.t_draft:.3f} ms, T_target(1) {1e3 * cm.t_target(1):.3f} ms, "
-              f"T_target(5) {1e3 * cm.t_target(5):.3f} ms, c = {cm.cost_ratio:.3f}"
-              + (f", overhead {1e3 * cm.t_overhead:.3f} ms/step" if cm.t_overhead else ""))
+            target, draft, _ = load_pair(target_path, draft_path, device=args.device)
+        progress.start(len(sizes), "measuring per batch size" + (" (bare forwards, then exactspec's loop)"
+                                                                  if args.calibrate else " (bare forward passes)"))
+        try:
+            for b in sizes:  # one at a time (each seeded as one call over all of them seeds it): Ctrl-C keeps those done
+                part = CostProfile.measure(target, draft, batch_sizes=[b], prompt_len=args.prompt_len,
+                                           repeats=args.repeats, calibrate=args.calibrate)
+                measured[b], meta = part.cost(b), part.metadata
+                progress.unit(f"batch size {b}")
+        except KeyboardInterrupt:
+            stopped = True
+        progress.stop_bar()
+        if not measured:
+            from exactspec.cli.progress import interrupted
+
+            return interrupted("profile", f"no batch size measured yet (of {sizes}); nothing written", progress)
+        prof = CostProfile(measured, meta)
+        prof.metadata.update(target=target_path, draft=draft_path, device=args.device,
+                             threads=torch.get_num_threads())
+        if stopped:
+            prof.metadata["partial"] = {"interrupted": True, "batch_sizes_done": sorted(measured),
+                                        "batch_sizes_planned": sizes}
+        prof.save(args.out)
+        for b, cm in prof.by_batch_size.items():
+            print(f"batch {b}: t_draft {1e3 * cm.t_draft:.3f} ms, T_target(1) {1e3 * cm.t_target(1):.3f} ms, "
+                  f"T_target(5) {1e3 * cm.t_target(5):.3f} ms, c = {cm.cost_ratio:.3f}"
+                  + (f", overhead {1e3 * cm.t_overhead:.3f} ms/step" if cm.t_overhead else ""), flush=True)
+        if stopped:
+            from exactspec.cli.progress import interrupted
+
+            return interrupted("profile", f"wrote the batch sizes measured ({sorted(measured)} of {sizes}; marked "
+                                          f"partial) to {args.out}", progress)
     print(f"wrote {args.out}")
     return 0
+
+
+def _log_path(out: str) -> str:
+    """The progress log beside the profile: profile.json -> profile.log."""
+    import pathlib
+
+    path = pathlib.Path(out)
+    return str(path.with_suffix(".log") if path.suffix == ".json" else path.with_name(path.name + ".log"))
