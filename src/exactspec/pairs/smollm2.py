@@ -129,7 +129,9 @@ def _convert(src: pathlib.Path, sha: str, out: pathlib.Path, replace: bool = Fal
     except BaseException:  # Ctrl-C half-way: no half-written copy either
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    if replace:
+    from exactspec.backends.cachecheck import check_dir
+
+    if replace and check_dir(out) is not None:  # still damaged: no other process rebuilt it meanwhile
         try:
             _discard(out)
         except ValueError:
