@@ -112,7 +112,8 @@ def smollm2_cache(tmp_path, monkeypatch):
     real = smollm2.target_dir()  # the session's cache: checked, converted if missing
     monkeypatch.setenv("EXACTSPEC_CACHE", str(tmp_path))
     shutil.copytree(real, tmp_path / real.name)
-    return tmp_path / real.name
+    yield tmp_path / real.name
+    shutil.rmtree(tmp_path / real.name, ignore_errors=True)  # 538 MB: not left in pytest's kept temp dirs
 
 
 def test_a_byte_flipped_smollm2_target_is_rebuilt(smollm2_cache, capsys):
