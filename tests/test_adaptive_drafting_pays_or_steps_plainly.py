@@ -237,8 +237,11 @@ def test_seeded_sampled_auto_runs_reproduce_on_a_fresh_generator():
     assert torch.equal(runs[0].sequences, runs[1].sequences)
     assert runs[0].stats.gamma_history == runs[1].stats.gamma_history
     gen = SpeculativeGenerator(target, draft)
-    gen.generate(ids, mask, **kw)  # a generator that has run learns (acceptance, loop costs) ...
-    assert gen._drafting and gen._calibrated  # ... between runs, never inside one
+    unseeded = {k: v for k, v in kw.items() if k != "seed"}
+    gen.generate(ids, mask, **unseeded, generator=torch.Generator().manual_seed(7))  # an unseeded run learns
+    assert gen._drafting and gen._calibrated  # (acceptance, loop costs) between runs, never inside one
+    again = gen.generate(ids, mask, **kw)  # a seeded run on it ignores what it learnt: the same tokens
+    assert torch.equal(again.sequences, runs[0].sequences)
 
 
 def _dist(seed: int, v: int, sharp: float):
@@ -300,7 +303,8 @@ def test_sampled_auto_with_early_stops_matches_the_exact_target_law(method, monk
     ids, mask = left_padded([prompt] * batch)
     samples, stops, lengths = [], 0, np.zeros(3)
     for i in range(rows // batch):
-        out = gen.generate(ids, mask, max_new_tokens=3, method=method, gamma="auto", seed=i, eos_token_id=[],
+        out = gen.generate(ids, mask, max_new_tokens=3, method=method, gamma="auto", eos_token_id=[],
+                           generator=torch.Generator().manual_seed(i),  # unseeded: the planted acceptance
                            pad_token_id=0, do_sample=True, top_k=0)  # the law of `key`
         samples.append(out.sequences[:, -3:].numpy())
         stops += out.stats.early_stops

@@ -61,7 +61,7 @@ def test_auto_gamma_carries_what_it_learnt_per_sampling_setting_and_calibrates_b
     fresh = SpeculativeGenerator(target, copy.deepcopy(target), cost_model=cheap, max_gamma=8, calibrate=False)
     assert fresh.generate(ids, mask, **kw).stats.gamma_history == first.gamma_history  # per generator
     assert len(gen._drafting) == 1
-    gen.generate(ids, mask, **{**kw, "do_sample": True, "temperature": 1.0, "seed": 0})
+    gen.generate(ids, mask, **{**kw, "do_sample": True, "temperature": 1.0, "generator": torch.Generator().manual_seed(0)})
     assert len(gen._drafting) == 2 and not gen._calibrated  # calibrate=False keeps the given model
     calibrating = SpeculativeGenerator(target, copy.deepcopy(target), cost_model=cheap, max_gamma=8)
     run = calibrating.generate(ids, mask, **kw).stats

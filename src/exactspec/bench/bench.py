@@ -140,7 +140,8 @@ def build_systems(target, draft, tokenizer, cfg: BenchConfig, cost_model) -> dic
             SpeculativeGenerator(target, drafter="prompt_lookup")
 
         def run(ids, mask, seed):
-            out = gen.generate(ids, attention_mask=mask, seed=seed, method=method, **spec_kw,
+            out = gen.generate(ids, attention_mask=mask, method=method, **spec_kw,  # a generator, not seed=: the
+                               generator=torch.Generator(ids.device).manual_seed(seed),  # loop keeps learning
                                **({"tree": tree} if tree is not None else {"gamma": gamma}))
             return out.stats.new_tokens, out.stats, out.sequences[:, ids.shape[1]:]
         return System(name, "exactspec", run, gamma, method, drafter, tree)

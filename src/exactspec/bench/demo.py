@@ -36,7 +36,8 @@ def run_demo(target, draft, tokenizer, prompts: list[str], *, max_new_tokens: in
     # timed prompts from the acceptance it measured, not from a neutral guess (and the kernels are warm).
     warm = tokenizer(prompts[0], return_tensors="pt")
     gen.generate(warm["input_ids"], warm["attention_mask"], max_new_tokens=max_new_tokens, do_sample=not greedy,
-                 temperature=temperature, top_k=0, gamma=gamma, method=method, eos_token_id=[], seed=seed - 1)
+                 temperature=temperature, top_k=0, gamma=gamma, method=method, eos_token_id=[],
+                 generator=torch.Generator().manual_seed(seed - 1))  # not seed=: later runs start warm
     runs = []
     spec_time = plain_time = 0.0
     spec_tokens = plain_tokens = 0
@@ -49,7 +50,8 @@ def run_demo(target, draft, tokenizer, prompts: list[str], *, max_new_tokens: in
         t0 = time.perf_counter()
         stream = gen.stream(enc["input_ids"], enc["attention_mask"], max_new_tokens=max_new_tokens,
                             do_sample=not greedy, temperature=temperature, top_k=0, gamma=gamma,
-                            method=method, eos_token_id=list(eos_token_id), seed=seed + i)  # top_k=0: as the HF run below
+                            method=method, eos_token_id=list(eos_token_id),
+                            generator=torch.Generator().manual_seed(seed + i))  # top_k=0: as the HF run below
         for step in stream:
             for toks, fds, drafted in zip(step.tokens, step.from_draft, step.drafted):
                 start = len(ids)

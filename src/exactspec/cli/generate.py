@@ -56,7 +56,7 @@ def register(subparsers) -> None:
     p.add_argument("--min-p", type=real(0, 1), help="min-p filter (default: config)")
     p.add_argument("--repetition-penalty", type=real(0), help="repetition penalty (default: config)")
     p.add_argument("--max-new-tokens", type=integer(0), default=64, help="new tokens per prompt (default 64)")
-    p.add_argument("--seed", type=SEED, default=None, help="seed for reproducible sampling")
+    p.add_argument("--seed", type=SEED, default=None, help="the same seed and arguments give the same tokens, in any process on this machine and build (docs/generation.md, Seeds)")
     p.add_argument("--device", type=device, default="cpu", help="torch device (default cpu)")
     p.add_argument("--json", action="store_true", help="print one JSON object (texts + stats) instead")
     p.set_defaults(func=run)

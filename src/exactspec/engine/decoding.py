@@ -112,6 +112,7 @@ class SpeculativeGenerator:
         self._tree_calibrated: dict[int, object] = {}  # tree="auto": cost models calibrated on tree runs
         self._tree_speedup: dict[tuple, float] = {}  # tree="auto": what its tree and chain runs achieved
         self._calibrated: dict[int, object] = {}
+        self._stored_costs = False  # True on a seeded run's view (_seeded): price with the stored profile
 
     @staticmethod
     def check_tokenizers(tokenizer, draft_tokenizer) -> None:
@@ -137,7 +138,7 @@ class SpeculativeGenerator:
     def stream(self, input_ids, attention_mask=None, *, max_new_tokens: int, do_sample: bool | None = None,
                temperature: float | None = None, top_k: int | None = None, top_p: float | None = None,
                min_p: float | None = None, gamma="auto", method: str = "token", eos_token_id=None,
-               pad_token_id=None, seed=None, generation_config=None, tree=None,
+               pad_token_id=None, seed=None, generator=None, generation_config=None, tree=None,
                **generation_kwargs) -> GenerationStream:
         """Generate step by step. Returns an iterable of :class:`StreamStep` whose ``.output`` is set at the end.
 
@@ -161,7 +162,16 @@ class SpeculativeGenerator:
                 In greedy mode "token"/"block" act on one-hot distributions, where they reduce to greedy.
             eos_token_id: int or list; None uses ``target.generation_config.eos_token_id``; [] disables.
             pad_token_id: filler after EOS; None uses the generation config's pad (else EOS, else 0).
-            seed: seeds the run's single torch.Generator (draft sampling and verification).
+            seed: the same tokens for the same arguments and seed: in any process on this machine and build,
+                and on a generator that has run before, for every drafting mode (fixed gamma, "auto", block,
+                prompt lookup, trees, B > 1). A seeded run seeds its one torch.Generator (draft sampling and
+                verification) and decides from nothing timed in this process and nothing learnt by earlier
+                runs: ``gamma="auto"`` starts from a fresh acceptance model and prices with `cost_model` as
+                given, else with the pair's cost profile stored on disk (:mod:`exactspec.speed.profiles`).
+                It learns nothing back. A drafter object of your own reproduces if it draws only from the
+                generator it is handed. See docs/generation.md ("Seeds").
+            generator: a ``torch.Generator`` on the target's device to draw from instead (not with `seed`):
+                no reproduction promise; ``gamma="auto"`` uses what this generator learnt, as an unseeded run.
             tree: tree speculation instead of a chain (replaces `gamma`; needs a draft model): a tuple of
                 branching factors per depth (``(3, 2, 1, 1)``), an int node budget (a dynamic tree) or
                 ``"auto"``; see :mod:`exactspec.engine.trees`. Verification is the exact multi-round rule.
@@ -169,7 +179,7 @@ class SpeculativeGenerator:
         sampling = dict(do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                         **generation_kwargs)
         cfg = run_args(self, input_ids, attention_mask, max_new_tokens, sampling, generation_config, gamma,
-                       method, eos_token_id, pad_token_id, seed)
+                       method, eos_token_id, pad_token_id, seed, generator)
         if tree is not None and not getattr(self.drafter, "drafts_trees", True):
             raise ValueError("tree: a feature draft (FeatureDraft) drafts chains only; drop tree= or pass a "
                              "token draft model")
@@ -178,7 +188,18 @@ class SpeculativeGenerator:
             raise ValueError("tree: tree speculation takes the target's law row by row; generation settings "
                              "that depend on the prefix (repetition_penalty, no_repeat_ngram_size, bad_words_ids, "
                              "min_new_tokens, ...) need a chain: drop tree= or those settings")
-        return GenerationStream(self._run(**cfg))
+        runner = self if seed is None else self._seeded()
+        return GenerationStream(runner._run(**cfg))
+
+    def _seeded(self) -> "SpeculativeGenerator":
+        """What a seeded run runs on: this generator with nothing learnt (a fresh acceptance model, no tree
+        priors, no calibrated costs) and costs that no clock of this process decides: `cost_model` as given,
+        else the stored profile. A shallow copy: the models and the drafter are shared, its learning is not."""
+        view = copy.copy(self)
+        view._drafting, view._tree_priors, view._tree_calibrated = {}, {}, {}
+        view._tree_speedup, view._calibrated = {}, {}
+        view.calibrate, view._stored_costs = False, True
+        return view
 
     # ---------------------------------------------------------------------------------- gamma
     def _base_cost(self, batch_size: int):
@@ -189,6 +210,11 @@ class SpeculativeGenerator:
         if self.cost_model is not None:
             return self.cost_model
         draft = self.draft if self.draft is not None else self.target
+        if self._stored_costs:  # a seeded run: the profile on disk, the same in every process
+            from exactspec.speed.profiles import stored_cost_model
+
+            cm = stored_cost_model(self.target, draft, batch_size)
+            return cm.without_draft() if self.draft is None else cm
         key = (id(self.target), id(draft), batch_size)
         hit = _COST_MODELS.get(key)
         if hit is not None and hit[0]() is self.target and hit[1]() is draft:

@@ -8,7 +8,8 @@ from __future__ import annotations
 import torch
 
 from exactspec.backends.cache import max_positions
-from exactspec.verification.checks import check_choice, check_int, check_seed, check_tensor, check_token_ids
+from exactspec.verification.checks import (check_choice, check_generator, check_int, check_seed, check_tensor,
+                                            check_token_ids)
 from exactspec.engine.hfconfig import SamplingConfig, SamplingSpec
 from exactspec.verification.rulechecks import METHODS
 
@@ -40,7 +41,7 @@ def _as_id_list(x) -> list[int]:
 
 
 def run_args(gen, input_ids, attention_mask, max_new_tokens, sampling, generation_config, gamma,
-             method, eos_token_id, pad_token_id, seed) -> dict:
+             method, eos_token_id, pad_token_id, seed, generator=None) -> dict:
     """Check one run's arguments (ValueError / TypeError naming the argument) and resolve them for
     generator `gen`: ids and mask on the target's device, the sampling spec (transformers' resolution of
     the generation config, with the run's seeded generator), the EOS ids and the pad id."""
@@ -72,6 +73,10 @@ def run_args(gen, input_ids, attention_mask, max_new_tokens, sampling, generatio
         except ValueError as exc:  # (ArgumentTypeError is one too) name the other valid value
             raise type(exc)(f"{exc} (or 'auto')") from None
     seed = check_seed("seed", seed)
+    if generator is not None:
+        if seed is not None:
+            raise ValueError("pass seed or generator, not both (seed reproduces; generator draws from yours)")
+        check_generator("generator", generator)
     vocab = gen.target.get_output_embeddings().weight.shape[0]
     if eos_token_id is not None:
         check_token_ids("eos_token_id", eos_token_id, vocab)
@@ -90,8 +95,11 @@ def run_args(gen, input_ids, attention_mask, max_new_tokens, sampling, generatio
     if pad_token_id is None:
         pad_token_id = gc.pad_token_id if gc.pad_token_id is not None else (eos[0] if eos else 0)
     device = gen.target.device
-    rng = torch.Generator(device=device)
-    rng.manual_seed(seed if seed is not None else int(torch.randint(0, 2**62, (1,))))
+    if generator is not None:
+        rng = check_generator("generator", generator, device)
+    else:
+        rng = torch.Generator(device=device)
+        rng.manual_seed(seed if seed is not None else int(torch.randint(0, 2**62, (1,))))
     # One frozen, validated config resolved like target.generate(); the spec adds the run's generator
     # and transformers' processors (built and checked now, not mid-stream).
     sampling = {**sampling, "eos_token_id": eos if eos_token_id is not None else None}

@@ -1,0 +1,96 @@
+"""Cost profiles kept on disk: what a seeded ``gamma="auto"`` run prices its decisions with.
+
+Why: ``gamma="auto"`` decides how far to draft from a :class:`~exactspec.speed.costmodel.CostModel`. Measured
+afresh in each process, its timings differ from one process to the next, so do the decisions, and so does
+the order in which a seeded run draws its randomness: the same seed gave other tokens in every new process.
+A seeded run instead prices with a profile measured once per (model shapes, dtypes, device, machine, build,
+threads, batch size) and stored as JSON under ``cache_root()/costs/``: every later process reads the same
+numbers, and the first one decides from what it wrote (read back), so it agrees with them too.
+
+A profile depends on the models' shapes and dtypes, not their weights: a forward costs the same whatever its
+weights hold. Deleting the file (``exactspec cache --clear costs``) measures a new one, whose decisions, and
+so whose seeded tokens, may differ.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import sys
+import warnings
+
+from exactspec.backends.cachedir import cache_root
+
+__all__ = ["stored_cost_model", "profile_key"]
+
+# Settings that change how the engine runs a forward (docs/generation.md), and so what it costs.
+_ENV = ("EXACTSPEC_LEAN_TARGET", "EXACTSPEC_DRAFT_UPCAST")
+_IN_PROCESS: dict[str, object] = {}
+
+
+def _shape(model) -> dict:
+    cfg = model.config
+    return {"class": type(model).__name__, "config": cfg.to_diff_dict() if hasattr(cfg, "to_diff_dict") else {},
+            "params": [[n, list(p.shape), str(p.dtype)] for n, p in model.named_parameters()],
+            "device": str(next(model.parameters()).device)}
+
+
+def profile_key(target, draft, batch_size: int) -> str:
+    """A hex digest naming the profile of (target, draft) at `batch_size` on this machine and build."""
+    import torch
+
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        __version__ = version("exactspec")
+    except PackageNotFoundError:  # run from a source tree
+        __version__ = "source"
+    blob = {"target": _shape(target), "draft": _shape(draft), "batch_size": batch_size,
+            "torch": torch.__version__, "threads": torch.get_num_threads(), "exactspec": __version__,
+            "python": sys.version.split()[0], "machine": platform.machine(), "cpu": platform.processor(),
+            "node": platform.node(), "env": {k: os.environ.get(k) for k in _ENV}}
+    blob["target"]["config"].pop("_name_or_path", None)
+    blob["draft"]["config"].pop("_name_or_path", None)
+    return hashlib.sha256(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()[:24]
+
+
+def stored_cost_model(target, draft, batch_size: int = 1):
+    """The cost profile of (target, draft) at `batch_size`: read from ``cache_root()/costs/<key>.json``, else
+    measured (:meth:`CostModel.measure`), written there and read back. A profile that cannot be read is
+    measured anew and replaced (said on stderr); a cache that cannot be written keeps the measured profile for
+    this process only, with a warning that seeded runs then reproduce within this process only."""
+    from exactspec.speed.costmodel import CostModel
+
+    key = profile_key(target, draft, batch_size)
+    if key in _IN_PROCESS:
+        return _IN_PROCESS[key]
+    path = cache_root() / "costs" / f"{key}.json"
+    cm = None
+    if path.exists():
+        try:
+            cm = CostModel.load(path)
+        except ValueError as exc:
+            print(f"exactspec: the cost profile {path} is unreadable ({exc}); measuring it again",
+                  file=sys.stderr)
+            path.unlink(missing_ok=True)
+    if cm is None:
+        measured = CostModel.measure(target, draft, batch_size=batch_size)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f"{path.stem}.tmp{os.getpid()}")
+            measured.save(tmp)
+            try:
+                os.link(tmp, path)  # exclusive: if another process wrote it first, everyone reads its numbers
+            except FileExistsError:
+                pass
+            finally:
+                tmp.unlink(missing_ok=True)
+            cm = CostModel.load(path)
+        except OSError as exc:
+            warnings.warn(f"cannot store the cost profile in {path.parent} ({exc}); a seeded gamma='auto' run "
+                          "reproduces within this process only (set EXACTSPEC_CACHE to a writable directory)",
+                          stacklevel=3)
+            cm = CostModel.from_dict(json.loads(json.dumps(measured.to_dict())))
+    _IN_PROCESS[key] = cm
+    return cm
