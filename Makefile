@@ -22,6 +22,9 @@ demo: install
 	$(BIN)/exactspec demo
 
 test: install
+	# The llama.cpp backend's tests need llama-cpp-python: pip compiles it once (about 7 minutes on 2 cores)
+	# and reuses the wheel it cached after that.
+	CMAKE_ARGS="-DLLAVA_BUILD=OFF" $(BIN)/pip install -q -e ".[test,llamacpp]"
 	$(BIN)/python -m pytest
 
 bench: install

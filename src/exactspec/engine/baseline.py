@@ -22,11 +22,10 @@ def target_alone_loop(target, input_ids, attention_mask, *, max_new_tokens, temp
     transformers' forward), so the ratio holds the speculation alone. `timings` (a dict), if given,
     receives the seconds of the prefill under "prefill".
     """
-    from exactspec.backends.cache import SlotCache
+    from exactspec.backends.seam import open_session
 
     gen = torch.Generator().manual_seed(seed)
-    cache = SlotCache(target)
-    cache.use_lean(input_ids.shape[0], target=True)
+    cache = open_session(target, input_ids.shape[0], target=True)
     t0 = time.perf_counter()
     # logits of the last position only, as generate() and the speculative engine's prefill
     logits = cache.forward(input_ids, attention_mask.bool(), logits_to_keep=1)

@@ -23,7 +23,8 @@ import weakref
 import torch
 import torch.nn.functional as F
 
-from exactspec.backends.cache import SlotCache, sync as _sync
+from exactspec.backends.cache import sync as _sync
+from exactspec.backends.seam import check_same_vocab, supports_trees
 from exactspec.verification.checks import ArgumentTypeError, check_bool, check_int
 from exactspec.engine.drafters import Draft, DraftModelDrafter, PromptLookupDrafter
 from exactspec.engine.hfconfig import Prefixes, SamplingSpec
@@ -90,6 +91,9 @@ class SpeculativeGenerator:
                 raise ValueError(f"drafter must be 'prompt_lookup' or a drafter object, got {drafter!r}")
             drafter = PromptLookupDrafter()
         if callable(getattr(draft, "make_drafter", None)):  # a draft that drafts its own way (a feature draft
+            if not supports_trees(target):  # reads the target's hidden states, which only torch models hand over
+                raise ValueError("draft: a feature draft reads the target's hidden states, which the "
+                                 f"{target.backend} backend does not give; use a token draft model")
             drafter = draft.make_drafter()  # reads the target's features); costed and checked as the LM it runs
             draft = drafter.model.lm
         elif draft is not None:
@@ -98,6 +102,7 @@ class SpeculativeGenerator:
             _check_causal_lm(draft, "draft")
             if draft.device != target.device:
                 raise ValueError(f"draft is on {draft.device} but target is on {target.device}")
+            check_same_vocab(target, draft)
         for name, model in (("target", target), ("draft", draft)):
             if model is not None and model.training:  # dropout would make outputs random and inexact
                 raise ValueError(f"{name} is in training mode (dropout active); call {name}.eval() first")
@@ -184,6 +189,9 @@ class SpeculativeGenerator:
             raise ValueError("tree: a feature draft (FeatureDraft) drafts chains only; drop tree= or pass a "
                              "token draft model")
         cfg["tree"] = parse_tree(tree, has_draft=self.draft is not None, method=method)
+        if cfg["tree"] is not None and not all(supports_trees(m) for m in (self.target, self.draft) if m is not None):
+            raise ValueError("tree: the llama.cpp backend verifies chains only (a tree needs a custom attention "
+                             "mask per node); drop tree= or run the models on transformers")
         if cfg["tree"] is not None and not cfg["spec"].static_only:
             raise ValueError("tree: tree speculation takes the target's law row by row; generation settings "
                              "that depend on the prefix (repetition_penalty, no_repeat_ngram_size, bad_words_ids, "

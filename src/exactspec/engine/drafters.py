@@ -24,7 +24,8 @@ from typing import Protocol
 
 import torch
 
-from exactspec.backends.cache import SlotCache, left_pack, sync
+from exactspec.backends.cache import left_pack, sync
+from exactspec.backends.seam import open_session
 from exactspec.engine.hfconfig import SamplingSpec  # noqa: F401  (the spec drafters receive; re-exported)
 
 
@@ -80,9 +81,8 @@ class DraftModelDrafter:
 
     def start(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
         """Prefill on the prompt `[B, P]` minus its last token (which becomes pending)."""
-        self.state = SlotCache(self.model)
-        # a draft's forward need not be transformers' own (exactspec.backends.leanforward)
-        self.state.use_lean(input_ids.shape[0])
+        # a draft's forward need not be transformers' own (exactspec.backends.leanforward), nor torch's
+        self.state = open_session(self.model, input_ids.shape[0], target=False)
         if input_ids.shape[1] > 1:
             self.state.forward(input_ids[:, :-1], attention_mask[:, :-1].bool(), logits_to_keep=1)
         self.pending = input_ids[:, -1:].to(self.state.device)  # [B, W]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from exactspec.backends.cache import max_positions
+from exactspec.backends.seam import embed_size, vocab_size
 from exactspec.verification.checks import (check_choice, check_generator, check_int, check_seed, check_tensor,
                                             check_token_ids)
 from exactspec.engine.hfconfig import SamplingConfig, SamplingSpec
@@ -18,6 +19,11 @@ __all__ = ["run_args"]
 
 def _check_causal_lm(model, name: str) -> None:
     from transformers import PreTrainedModel
+
+    from exactspec.backends.seam import is_backend_model
+
+    if is_backend_model(model):  # a model of another backend (a GGUF file run by llama.cpp)
+        return
 
     ok = (isinstance(model, PreTrainedModel) and hasattr(model, "generate")
           and not getattr(model.config, "is_encoder_decoder", False)
@@ -57,7 +63,7 @@ def run_args(gen, input_ids, attention_mask, max_new_tokens, sampling, generatio
                          f"got {tuple(attention_mask.shape)}")
     if not bool(((attention_mask == 0) | (attention_mask == 1)).all()):
         raise ValueError("attention_mask must hold only 0 (padding) and 1 (real token)")
-    n_embed = gen.target.get_input_embeddings().num_embeddings
+    n_embed = embed_size(gen.target)
     real = input_ids[attention_mask.bool()]
     if real.numel() and (int(real.min()) < 0 or int(real.max()) >= n_embed):
         raise ValueError(f"input_ids: token ids must lie in [0, {n_embed}) (the target's vocabulary), "
@@ -77,7 +83,7 @@ def run_args(gen, input_ids, attention_mask, max_new_tokens, sampling, generatio
         if seed is not None:
             raise ValueError("pass seed or generator, not both (seed reproduces; generator draws from yours)")
         check_generator("generator", generator)
-    vocab = gen.target.get_output_embeddings().weight.shape[0]
+    vocab = vocab_size(gen.target)
     if eos_token_id is not None:
         check_token_ids("eos_token_id", eos_token_id, vocab)
     if pad_token_id is not None:
@@ -106,7 +112,7 @@ def run_args(gen, input_ids, attention_mask, max_new_tokens, sampling, generatio
     if method == "greedy":
         sampling["do_sample"] = False
     config = SamplingConfig.from_model(gen.target, generation_config, **sampling)
-    spec = SamplingSpec(config, rng, gen.target.get_output_embeddings().weight.shape[0], gen.target,
+    spec = SamplingSpec(config, rng, vocab, gen.target,
                         max_new_tokens)
     return dict(ids=input_ids.long().to(device), mask=attention_mask.long().to(device),
                 max_new=max_new_tokens, spec=spec, gamma=gamma, method=method,

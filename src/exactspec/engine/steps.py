@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from exactspec.backends.cache import SlotCache, sync as _sync
+from exactspec.backends.cache import sync as _sync
+from exactspec.backends.seam import open_session
 
 __all__ = ["cut_at_eos", "write_emitted", "prefill"]
 
@@ -32,9 +33,9 @@ def write_emitted(out, from_draft, n_gen, active, emitted, n, count) -> None:
 
 def prefill(model, drafter, ids: torch.Tensor, mask: torch.Tensor):
     """Both caches take the prompt `[B, P]` minus its last token, which stays pending (the first
-    verification feeds it, so every target call produces >= 1 token). Returns `(SlotCache, pending [B])`."""
-    target = SlotCache(model)
-    target.use_lean(ids.shape[0], target=True)  # transformers' ops without its per-call overhead (leanforward)
+    verification feeds it, so every target call produces >= 1 token). Returns `(session, pending [B])`: the
+    target's session of :mod:`exactspec.backends.seam` (a SlotCache on transformers' ops for a torch model)."""
+    target = open_session(model, ids.shape[0], target=True)
     if getattr(drafter, "wants_target_features", False):  # a feature draft reads the target's hidden states
         drafter.watch(target)
     if ids.shape[1] > 1:

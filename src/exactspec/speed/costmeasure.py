@@ -18,13 +18,15 @@ def measure_forwards(target_model, draft_model, *, prompt_len: int | None = None
     which documents the arguments."""
     import torch
 
-    from exactspec.backends.cache import SlotCache, sync as _sync
+    from exactspec.backends.cache import sync as _sync
     from exactspec.backends.cache import max_positions
+    from exactspec.backends.seam import describe, is_backend_model, open_session, vocab_size
 
     for name, model in (("target_model", target_model), ("draft_model", draft_model)):
-        if not isinstance(model, torch.nn.Module) or getattr(model, "config", None) is None:
+        if not (isinstance(model, torch.nn.Module) or is_backend_model(model)) \
+                or getattr(model, "config", None) is None:
             raise ArgumentTypeError(f"{name} must be a Hugging Face causal LM (a torch module with a "
-                                    f"config), got {type(model).__name__}")
+                                    f"config) or a backend model (LlamaCppLM), got {type(model).__name__}")
     if isinstance(ks, (str, bytes)) or not isinstance(ks, Iterable):
         raise ArgumentTypeError(f"ks must be a list of integers >= 1, got {ks!r}")
     ks = sorted({check_int(f"ks entry {k!r}", k, min=1) for k in ks} | {1})
@@ -43,15 +45,14 @@ def measure_forwards(target_model, draft_model, *, prompt_len: int | None = None
                              f"context of {limit} positions")
     if generator is None:
         generator = torch.Generator().manual_seed(seed)
-    vocab = min(_vocab_size(target_model), _vocab_size(draft_model))
+    vocab = min(vocab_size(target_model), vocab_size(draft_model))
     n_new = max(ks)
     ids = torch.randint(0, vocab, (batch_size, prompt_len + n_new), generator=generator)
 
     def prefill(model, target: bool):
         # Through the engine's own slot cache: its growing cache layers and its lean forwards where the
         # engine would run them (exactspec.backends.leanforward), so t_draft and T_target(k) are the steps it takes.
-        sc = SlotCache(model)
-        sc.use_lean(batch_size, target=target)
+        sc = open_session(model, batch_size, target=target)
         sc.forward(ids[:, :prompt_len], torch.ones(batch_size, prompt_len, dtype=torch.bool), logits_to_keep=1)
         return sc
 
@@ -69,7 +70,11 @@ def measure_forwards(target_model, draft_model, *, prompt_len: int | None = None
     # machine lands on all of them alike instead of inflating a few neighbouring k (a table that is
     # not monotone in k is mostly that).
     with torch.inference_mode():
-        d_state, t_state = prefill(draft_model, False), prefill(target_model, True)
+        t_state = prefill(target_model, True)
+        # (a model-free drafter is priced with the target as its own "draft"; a backend model runs one
+        # session at a time, so the two timings share it)
+        d_state = t_state if draft_model is target_model and is_backend_model(target_model) else \
+            prefill(draft_model, False)
         times: dict = {"draft": [], **{k: [] for k in ks}}
         for i in range(warmup + repeats):
             once(d_state, 1, 1)  # t_draft is a warm draft step: its cold first call is
@@ -86,23 +91,19 @@ def measure_forwards(target_model, draft_model, *, prompt_len: int | None = None
         "prompt_len": prompt_len,
         "repeats": repeats,
         "warmup": warmup,
-        "device": str(next(target_model.parameters()).device),
-        "target": _model_info(target_model),
-        "draft": _model_info(draft_model),
+        "device": str(target_model.device),
+        "target": _model_info(target_model, describe),
+        "draft": _model_info(draft_model, describe),
         "torch_version": torch.__version__,
     }
     return t_draft, target_times, metadata
 
 
-def _vocab_size(model) -> int:
-    v = getattr(getattr(model, "config", None), "vocab_size", None)
-    if not v:
-        raise ValueError("models passed to CostModel.measure need config.vocab_size")
-    return int(v)
-
-
-def _model_info(model) -> dict[str, Any]:
+def _model_info(model, describe) -> dict[str, Any]:
     cfg = getattr(model, "config", None)
     name = getattr(cfg, "name_or_path", "") or type(model).__name__
-    return {"name": str(name), "class": type(model).__name__,
-            "params": int(sum(p.numel() for p in model.parameters()))}
+    info = {"name": str(name), "class": type(model).__name__,
+            "params": int(getattr(model, "n_params", 0) or sum(p.numel() for p in model.parameters()))}
+    if getattr(model, "backend", None):
+        info["backend"] = describe(model)
+    return info

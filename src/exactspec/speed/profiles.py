@@ -30,10 +30,10 @@ _IN_PROCESS: dict[str, object] = {}
 
 
 def _shape(model) -> dict:
+    from exactspec.backends.seam import describe
+
     cfg = model.config
-    return {"class": type(model).__name__, "config": cfg.to_diff_dict() if hasattr(cfg, "to_diff_dict") else {},
-            "params": [[n, list(p.shape), str(p.dtype)] for n, p in model.named_parameters()],
-            "device": str(next(model.parameters()).device)}
+    return {**describe(model), "config": cfg.to_diff_dict() if hasattr(cfg, "to_diff_dict") else {}}
 
 
 def profile_key(target, draft, batch_size: int) -> str:

@@ -1,0 +1,276 @@
+"""The llama.cpp backend: a GGUF file run by ggml, behind the engine's model seam.
+
+    from exactspec import SpeculativeGenerator
+    from exactspec.backends.llamacpp import LlamaCppLM
+
+    target = LlamaCppLM("target.gguf", threads=2)
+    draft = LlamaCppLM("draft.gguf", threads=2)          # or a transformers draft: the drafter seam allows it
+    out = SpeculativeGenerator(target, draft).generate(input_ids, max_new_tokens=64)
+
+:class:`LlamaCppLM` is what the engine treats as a causal LM: it has a ``config`` and ``generation_config``
+(so transformers' own logits processors and generation-config resolution apply unchanged), ``vocab_size``,
+``device`` (the CPU), and it opens a :class:`LlamaCppSession` per run (:mod:`exactspec.backends.seam`).
+Exactness is with respect to the p of the verification pass: llama.cpp computes a k-token batch with other
+rounding than a 1-token call (logits differ by ~1e-3), and a quantized file has its own p.
+
+Needs ``pip install 'exactspec[llamacpp]'`` (llama-cpp-python, compiled once by pip; see docs/llamacpp.md).
+Chains only: the session has no tree verification (``tree=`` raises a ValueError naming this backend).
+"""
+from __future__ import annotations
+
+import os
+import pathlib
+
+import numpy as np
+import torch
+from transformers import GenerationConfig, GenerationMixin, PretrainedConfig
+
+__all__ = ["LlamaCppLM", "LlamaCppSession", "llamacpp_available", "INSTALL_HINT", "LLAMA_CPP_VERSION"]
+
+LLAMA_CPP_VERSION = "0.3.36"
+INSTALL_HINT = "pip install 'exactspec[llamacpp]' (compiles llama-cpp-python once, about 7 minutes on 2 cores)"
+
+
+def llamacpp_available() -> bool:
+    """Whether llama-cpp-python can be imported here."""
+    import importlib.util
+
+    return importlib.util.find_spec("llama_cpp") is not None
+
+
+def _require():
+    if not llamacpp_available():
+        raise ModuleNotFoundError(f"the llama.cpp backend needs llama-cpp-python: {INSTALL_HINT}")
+    from exactspec.backends.llamacppctx import llama
+
+    return llama()
+
+
+def _gguf_file(name: str, path) -> pathlib.Path:
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"{name} must be a path to a .gguf file, got {type(path).__name__}")
+    p = pathlib.Path(path)
+    if not p.is_file():
+        raise ValueError(f"{name}: no such file: {p}")
+    with open(p, "rb") as f:
+        if f.read(4) != b"GGUF":
+            raise ValueError(f"{name}: {p} is not a GGUF file (it does not start with the GGUF magic)")
+    return p
+
+
+def _file_type(path: pathlib.Path) -> int | None:
+    """`general.file_type` of a GGUF file (3 = mostly Q4_1), read from its header without loading weights."""
+    try:
+        from gguf import GGUFReader
+    except ImportError:
+        return None
+    field = GGUFReader(str(path)).get_field("general.file_type")
+    return None if field is None else int(field.parts[field.data[0]][0])
+
+
+class LlamaCppLM(GenerationMixin):
+    """A GGUF causal LM run by llama.cpp (CPU), as a model of the engine.
+
+    Args:
+        gguf_path: the .gguf file (any file type llama.cpp reads: f32, f16, Q8_0, Q4_1, ...).
+        threads: ggml threads for one-token and batch calls alike (default: the cores this process may use).
+        n_ctx: the longest row (prompt + new tokens) a run may hold; default min(the file's training
+            context, 4096). A run of B rows gets one context of B * n_ctx cells.
+        generation_config: a transformers ``GenerationConfig`` (e.g. the one a converted model shipped
+            with); default: BOS/EOS from the file's tokenizer metadata.
+        repack: let ggml repack weights for this CPU (AMX/AVX-512 layouts). Default: on, except for Q4_1
+            files, where llama-cpp-python 0.3.36 crashes in llama_decode with it on.
+    """
+
+    backend = "llamacpp"
+    supports_trees = False
+    main_input_name = "input_ids"
+    training = False
+
+    def __init__(self, gguf_path, *, threads: int | None = None, n_ctx: int | None = None,
+                 generation_config: GenerationConfig | None = None, repack: bool | None = None):
+        from exactspec.verification.checks import check_bool, check_int
+
+        path = _gguf_file("gguf_path", gguf_path)
+        threads = check_int("threads", threads, min=1) if threads is not None else len(os.sched_getaffinity(0))
+        if n_ctx is not None:
+            check_int("n_ctx", n_ctx, min=8)
+        if repack is not None:
+            check_bool("repack", repack)
+        if generation_config is not None and not isinstance(generation_config, GenerationConfig):
+            raise TypeError(f"generation_config must be a transformers GenerationConfig, got "
+                            f"{type(generation_config).__name__}")
+        L = _require()
+        self.gguf_path, self.threads = str(path), threads
+        self.repack = (_file_type(path) != 3) if repack is None else repack
+        mp = L.llama_model_default_params()
+        mp.n_gpu_layers = 0
+        mp.use_extra_bufts = self.repack
+        self._model = L.llama_model_load_from_file(self.gguf_path.encode(), mp)
+        if not self._model:
+            raise ValueError(f"gguf_path: llama.cpp could not load {path} (set EXACTSPEC_LLAMACPP_LOG=1 to "
+                             "see why)")
+        vocab = L.llama_model_get_vocab(self._model)
+        self.vocab_size = self.embed_size = int(L.llama_vocab_n_tokens(vocab))
+        train_ctx = int(L.llama_model_n_ctx_train(self._model))
+        self.n_ctx = n_ctx or min(train_ctx, 4096)
+        desc = ctypes_string(L.llama_model_desc, self._model)
+        self.n_params = int(L.llama_model_n_params(self._model))
+        self.config = PretrainedConfig(vocab_size=self.vocab_size, max_position_embeddings=self.n_ctx,
+                                       hidden_size=int(L.llama_model_n_embd(self._model)),
+                                       num_hidden_layers=int(L.llama_model_n_layer(self._model)),
+                                       name_or_path=self.gguf_path)
+        self.description = desc
+        if generation_config is None:
+            def tok(x):
+                x = int(x)
+                return x if x >= 0 else None
+            generation_config = GenerationConfig(bos_token_id=tok(L.llama_vocab_bos(vocab)),
+                                                 eos_token_id=tok(L.llama_vocab_eos(vocab)))
+        self.generation_config = generation_config
+        self.device = torch.device("cpu")
+        self.dtype = torch.float32  # the logits it hands over
+        self._token_texts = None
+        self._ctx = None  # one context, kept between runs while large enough
+        self._session = None
+
+    # ------------------------------------------------------------------ what the engine asks of a model
+    def eval(self) -> "LlamaCppLM":
+        return self
+
+    def open_session(self, rows: int, *, target: bool = True) -> "LlamaCppSession":
+        """A fresh session for a batch of `rows`; the previous session on this model ends (one run at a time)."""
+        from exactspec.backends.llamacppctx import Context
+
+        rows = max(int(rows), 1)
+        if self._ctx is None or self._ctx.n_seq < rows:
+            if self._ctx is not None:
+                self._ctx.close()
+            self._ctx = Context(self._model, self.vocab_size, n_seq=rows, n_ctx=rows * self.n_ctx,
+                                threads=self.threads)
+        self._ctx.clear()
+        if self._session is not None:
+            self._session._ended = True
+        self._session = LlamaCppSession(self, self._ctx, rows)
+        return self._session
+
+    def describe(self) -> dict:
+        """What a stored cost profile is keyed by: the file, its size, the build and the threads."""
+        st = os.stat(self.gguf_path)
+        return {"backend": "llamacpp", "llama_cpp_python": LLAMA_CPP_VERSION, "file": os.path.basename(self.gguf_path),
+                "size": st.st_size, "mtime_ns": st.st_mtime_ns, "desc": self.description, "params": self.n_params,
+                "threads": self.threads, "repack": self.repack}
+
+    def token_texts(self) -> list[bytes]:
+        """Every token's text as the file's tokenizer stores it (to check that two files share a vocabulary)."""
+        if self._token_texts is None:
+            L = _require()
+            vocab = L.llama_model_get_vocab(self._model)
+            self._token_texts = [L.llama_vocab_get_text(vocab, i) or b"" for i in range(self.vocab_size)]
+        return self._token_texts
+
+    def parameters(self):  # nothing of torch's: the weights live in ggml
+        return iter(())
+
+    def __repr__(self) -> str:
+        return f"LlamaCppLM({self.gguf_path!r}, {self.description}, threads={self.threads})"
+
+    def __del__(self):
+        try:
+            if self._ctx is not None:
+                self._ctx.close()
+            if getattr(self, "_model", None):
+                _require().llama_model_free(self._model)
+                self._model = None
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+
+def ctypes_string(fn, model, size: int = 256) -> str:
+    import ctypes
+
+    buf = ctypes.create_string_buffer(size)
+    fn(model, buf, size)
+    return buf.value.decode(errors="replace")
+
+
+class LlamaCppSession:
+    """One run's rows on a llama.cpp context: the session protocol of :mod:`exactspec.backends.seam`.
+
+    Row b is sequence ``seq[b]``. `mask [B, L]` records which of the recent slots each row really fed
+    (as :class:`~exactspec.backends.cache.SlotCache` does), so a rollback over the last S slots reads as
+    "row b keeps its first c_b tokens of those slots": a kept token after a dropped one (a hole) is refused.
+    """
+
+    device = torch.device("cpu")
+
+    def __init__(self, model: LlamaCppLM, ctx, rows: int):
+        self.model, self._ctx, self._ended = model, ctx, False
+        self.seq = np.arange(rows, dtype=np.int32)
+        self.n = np.zeros(rows, dtype=np.int64)  # tokens cached per row
+        self.mask = np.zeros((rows, 0), dtype=bool)
+
+    @property
+    def n_real(self) -> torch.Tensor:
+        return torch.from_numpy(self.n.copy())
+
+    def _live(self) -> None:
+        if self._ended:
+            raise RuntimeError("this llama.cpp session ended: another run opened a session on the same model "
+                               "(one run at a time per LlamaCppLM)")
+
+    def forward(self, tokens: torch.Tensor, valid: torch.Tensor, logits_to_keep: int = 0) -> torch.Tensor:
+        """Append `tokens [B, S]` (`valid [B, S]` marks real ones) in one decode; `[B, S, V]` logits
+        (`[B, logits_to_keep, V]` for the last slots), zeros at invalid slots."""
+        self._live()
+        tok = tokens.detach().cpu().numpy()
+        ok = valid.detach().cpu().numpy().astype(bool, copy=False)
+        b, s = tok.shape
+        keep = s if not logits_to_keep else min(int(logits_to_keep), s)
+        counts = ok.sum(1)
+        if int((self.n + counts).max(initial=0)) > self.model.n_ctx:
+            raise ValueError(f"a row would exceed the llama.cpp context of {self.model.n_ctx} tokens "
+                             "(LlamaCppLM(n_ctx=...))")
+        tok = np.where((tok >= 0) & (tok < self.model.vocab_size), tok, 0)  # as SlotCache: unknown ids feed 0
+        flags = ok.copy()
+        flags[:, : s - keep] = False
+        rows, cols = np.nonzero(ok)  # row-major: each row's tokens in order
+        pos = self.n[rows] + np.cumsum(ok, 1)[rows, cols] - 1
+        raw = self._ctx.decode(tok[rows, cols].astype(np.int32), pos.astype(np.int32),
+                               self.seq[rows], flags[rows, cols].astype(np.int8))  # [N_flagged, V]
+        self.n = self.n + counts
+        self.mask = np.concatenate([self.mask[:, -256:], ok], 1)  # rollbacks reach back a few steps only
+        if bool(flags[:, s - keep:].all()):  # every kept slot real: the rows are the logits, in order
+            return torch.from_numpy(raw).view(b, keep, -1)
+        out = np.zeros((b, keep, raw.shape[1]), np.float32)
+        fr, fc = np.nonzero(flags[:, s - keep:])
+        out[fr, fc] = raw
+        return torch.from_numpy(out)
+
+    def rollback(self, keep: torch.Tensor) -> None:
+        """Keep only the slots flagged in `keep [B, S]` among the last S slots (each row a prefix of its
+        real tokens there); the other tokens leave the KV cache."""
+        self._live()
+        k = keep.detach().cpu().numpy().astype(bool, copy=False)
+        s = k.shape[1]
+        if s > self.mask.shape[1]:
+            raise ValueError(f"rollback over {s} slots, but the session remembers {self.mask.shape[1]}")
+        real = self.mask[:, -s:]
+        tail = real & k
+        kept = tail.sum(1)
+        if not np.array_equal(tail, real & (np.cumsum(real, 1) <= kept[:, None])):
+            raise ValueError("the llama.cpp backend keeps a prefix of each row's new tokens; this rollback "
+                             "leaves a hole (tree paths need the transformers backend)")
+        drop = real.sum(1) - kept
+        for b in np.nonzero(drop)[0]:
+            self.n[b] -= drop[b]
+            self._ctx.remove(self.seq[b], self.n[b])
+        self.mask = np.concatenate([self.mask[:, :-s], tail], 1)
+
+    def select_rows(self, rows: torch.Tensor) -> None:
+        """Keep batch rows `rows [B']`; the others' sequences are emptied."""
+        self._live()
+        idx = rows.detach().cpu().numpy().astype(np.int64)
+        for b in sorted(set(range(len(self.seq))) - set(idx.tolist())):
+            self._ctx.remove(self.seq[b], 0)
+        self.seq, self.n, self.mask = self.seq[idx], self.n[idx], self.mask[idx]

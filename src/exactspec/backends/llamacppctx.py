@@ -1,0 +1,122 @@
+"""One llama.cpp context on llama-cpp-python's low-level ctypes API (pinned: 0.3.36): token ids in, logits out.
+
+Rows of a batch are sequence ids of one context with a unified KV cache. A batch fills llama.cpp's own
+`llama_batch` arrays through numpy views (no per-token Python): token, position, sequence id, logits flag.
+One `llama_decode` per call (per `n_batch` tokens); `llama_get_logits` is `[n_outputs, V]` in batch order and
+is copied out once, before the next decode overwrites it. Rollback is `llama_memory_seq_rm(seq, n, -1)`.
+
+llama.cpp aborts the whole process (GGML_ASSERT) on more tokens in one decode than `n_batch`, and writes out
+of bounds on a bad sequence id: every call is checked here first and raises ValueError instead.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+
+import numpy as np
+
+__all__ = ["Context", "llama"]
+
+_LOG_CB = None
+_READY = False
+
+
+def llama():
+    """The `llama_cpp` module, initialised once (its log sent to stderr only with EXACTSPEC_LLAMACPP_LOG=1)."""
+    global _LOG_CB, _READY
+    import llama_cpp as L
+
+    if not _READY:
+        @L.llama_log_callback
+        def _log(level, text, user_data):  # noqa: ARG001
+            if os.environ.get("EXACTSPEC_LLAMACPP_LOG"):
+                os.write(2, text)
+        _LOG_CB = _log  # kept alive: llama.cpp holds the pointer
+        L.llama_log_set(_LOG_CB, ctypes.c_void_p(0))
+        L.llama_backend_init()
+        _READY = True
+    return L
+
+
+class Context:
+    """A llama.cpp context of `n_seq` sequences sharing `n_ctx` KV cells, with its batch buffers."""
+
+    def __init__(self, model_ptr, vocab: int, *, n_seq: int, n_ctx: int, threads: int, n_batch: int = 512):
+        L = llama()
+        cp = L.llama_context_default_params()
+        cp.n_ctx, cp.n_batch, cp.n_ubatch, cp.n_seq_max = n_ctx, n_batch, n_batch, n_seq
+        cp.n_threads = cp.n_threads_batch = threads
+        cp.kv_unified = True  # rows share the cells: ragged rows take only what they use
+        cp.no_perf = True
+        self._ctx = L.llama_init_from_model(model_ptr, cp)
+        if not self._ctx:
+            raise RuntimeError(f"llama.cpp could not create a context of {n_ctx} cells for {n_seq} rows")
+        self._mem = L.llama_get_memory(self._ctx)
+        self.n_seq, self.n_ctx, self.n_batch = n_seq, int(L.llama_n_ctx(self._ctx)), int(L.llama_n_batch(self._ctx))
+        self.vocab = vocab
+        nb = self.n_batch
+        self._batch = L.llama_batch_init(nb, 0, 1)
+        b = self._batch
+        self._tok = np.ctypeslib.as_array(b.token, shape=(nb,))
+        self._pos = np.ctypeslib.as_array(b.pos, shape=(nb,))
+        self._nsq = np.ctypeslib.as_array(b.n_seq_id, shape=(nb,))
+        self._flag = np.ctypeslib.as_array(b.logits, shape=(nb,))
+        # seq_id is int32** (one malloc'd int per token): its row pointers are aimed at one numpy vector so
+        # that a batch's sequence ids are one vector write; the originals go back before llama_batch_free.
+        self._seq = np.zeros(nb, dtype=np.int32)
+        table = np.ctypeslib.as_array(ctypes.cast(b.seq_id, ctypes.POINTER(ctypes.c_uint64)), shape=(nb,))
+        self._table, self._orig = table, table.copy()
+        table[:] = self._seq.ctypes.data + np.arange(nb, dtype=np.uint64) * np.uint64(4)
+        self._nsq[:] = 1
+        self.threads = threads
+        self._closed = False
+
+    def clear(self) -> None:
+        """Forget every sequence."""
+        llama().llama_memory_clear(self._mem, True)
+
+    def remove(self, seq: int, start: int) -> None:
+        """Drop sequence `seq`'s cached positions from `start` on."""
+        if not llama().llama_memory_seq_rm(self._mem, int(seq), int(start), -1):
+            raise RuntimeError(f"llama.cpp refused to remove positions >= {start} of sequence {seq}")
+
+    def decode(self, tokens: np.ndarray, pos: np.ndarray, seq: np.ndarray, flags: np.ndarray) -> np.ndarray:
+        """Feed `tokens [N]` int32 at positions `pos [N]` of sequences `seq [N]`; returns the logits of the
+        flagged tokens, `[sum(flags), V]` float32 in batch order. Chunks of `n_batch` tokens, each its own
+        decode (a sequence's tokens stay in order, so later chunks see the earlier ones)."""
+        n, nb, out = len(tokens), self.n_batch, []
+        if n == 0:
+            return np.empty((0, self.vocab), np.float32)
+        if int(seq.min()) < 0 or int(seq.max()) >= self.n_seq:
+            raise ValueError(f"sequence ids must lie in [0, {self.n_seq})")
+        for a in range(0, n, nb):
+            z = min(n, a + nb) - a
+            self._tok[:z], self._pos[:z], self._seq[:z], self._flag[:z] = (
+                tokens[a:a + z], pos[a:a + z], seq[a:a + z], flags[a:a + z])
+            self._batch.n_tokens = z
+            rc = llama().llama_decode(self._ctx, self._batch)
+            if rc != 0:
+                raise RuntimeError(f"llama_decode returned {rc} (1: no KV cell left for the batch; "
+                                   "a larger n_ctx= helps)")
+            k = int(np.count_nonzero(flags[a:a + z]))
+            if k:
+                ptr = llama().llama_get_logits(self._ctx)
+                out.append(np.ctypeslib.as_array(ptr, shape=(k, self.vocab)).copy())
+        if len(out) == 1:
+            return out[0]
+        return np.concatenate(out) if out else np.empty((0, self.vocab), np.float32)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        L = llama()
+        self._table[:] = self._orig  # llama_batch_free frees its own seq_id rows
+        L.llama_batch_free(self._batch)
+        L.llama_free(self._ctx)
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
