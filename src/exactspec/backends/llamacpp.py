@@ -25,22 +25,15 @@ import numpy as np
 import torch
 from transformers import GenerationConfig, GenerationMixin, PretrainedConfig
 
-__all__ = ["LlamaCppLM", "LlamaCppSession", "llamacpp_available", "INSTALL_HINT", "LLAMA_CPP_VERSION"]
+__all__ = ["LlamaCppLM", "LlamaCppSession", "llamacpp_available", "BackendMissing", "INSTALL_HINT",
+           "LLAMA_CPP_VERSION"]
 
-LLAMA_CPP_VERSION = "0.3.36"
-INSTALL_HINT = "pip install 'exactspec[llamacpp]' (compiles llama-cpp-python once, about 7 minutes on 2 cores)"
-
-
-def llamacpp_available() -> bool:
-    """Whether llama-cpp-python can be imported here."""
-    import importlib.util
-
-    return importlib.util.find_spec("llama_cpp") is not None
+from exactspec.backends.optional import INSTALL_HINT, LLAMA_CPP_VERSION, BackendMissing, llamacpp_available
 
 
 def _require():
     if not llamacpp_available():
-        raise ModuleNotFoundError(f"the llama.cpp backend needs llama-cpp-python: {INSTALL_HINT}")
+        raise BackendMissing(f"the llama.cpp backend needs llama-cpp-python: {INSTALL_HINT}")
     from exactspec.backends.llamacppctx import llama
 
     return llama()
@@ -143,6 +136,8 @@ class LlamaCppLM(GenerationMixin):
         from exactspec.backends.llamacppctx import Context
 
         rows = max(int(rows), 1)
+        if rows > 256:  # llama.cpp's LLAMA_MAX_SEQ: a larger n_seq_max is refused
+            raise ValueError(f"input_ids: the llama.cpp backend runs at most 256 rows at once, got {rows}")
         if self._ctx is None or self._ctx.n_seq < rows:
             if self._ctx is not None:
                 self._ctx.close()

@@ -53,6 +53,7 @@ class BenchConfig:
     systems: list[str] | None = None
     gammas: tuple[int, ...] | None = None
     trees: tuple = ("auto",)  # tree speculation systems: branching tuples, node budgets, "auto"
+    peers: bool = False  # a llama.cpp target: also llama.cpp's own binaries (exactspec.bench.llamacpp_peers)
 
 
 @dataclass
@@ -60,7 +61,9 @@ class System:
     """One benchmarked system. `kind`: "hf" (transformers generate), "loop" (our target-alone loop),
     "assisted" (transformers assisted generation), "hf_lookup" (its prompt lookup) or "exactspec"; `drafter`: "model" or "prompt_lookup";
     `tree`: set for tree speculation (replaces gamma); `run(input_ids, attention_mask, seed) -> (new tokens,
-    GenerationStats or None, the new token ids [B, N])`."""
+    GenerationStats or None, the new token ids [B, N])`, and for a "peer" (llama.cpp's own binary, run in a
+    process of its own) a 4th item: the seconds of its generation phase by its own clock (its process start,
+    model load and prompt are not generation)."""
 
     name: str
     kind: str
@@ -146,8 +149,15 @@ def build_systems(target, draft, tokenizer, cfg: BenchConfig, cost_model) -> dic
             return out.stats.new_tokens, out.stats, out.sequences[:, ids.shape[1]:]
         return System(name, "exactspec", run, gamma, method, drafter, tree)
 
-    systems = [System(BASELINE, "hf", hf), System(LOOP, "loop", loop)]
-    if cfg.batch_size == 1 and not _feature(draft):  # HF assisted: batch size 1 only, token drafts only
+    backend = getattr(target, "backend", None)  # a model of another backend: no transformers generate
+    systems = [System(BASELINE, "hf", hf)] if backend is None else []
+    systems.append(System(LOOP, "loop", loop))
+    if backend == "llamacpp" and cfg.peers:
+        from exactspec.bench.llamacpp_peers import peer_systems
+
+        systems += [System(name, "peer", run, gamma, None, "model") for name, run, gamma in
+                    peer_systems(target, draft, tokenizer, cfg, gamma_n)]
+    if cfg.batch_size == 1 and not _feature(draft) and backend is None:  # HF assisted: batch 1, token drafts
         systems.append(System(f"HF assisted (γ={gamma_n})", "assisted", lambda ids, mask, seed: hf(
             ids, mask, seed, assistant_model=draft, num_assistant_tokens=gamma_n,
             num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.0), gamma_n))
@@ -160,8 +170,8 @@ def build_systems(target, draft, tokenizer, cfg: BenchConfig, cost_model) -> dic
                 ours(f"exactspec prompt lookup (γ={gamma_n})", gamma_n, drafter="prompt_lookup"),
                 ours("exactspec prompt lookup (γ=auto)", "auto", drafter="prompt_lookup")]
     systems += [ours(tree_system_name(t), None, tree=t) for t in cfg.trees if not _feature(draft)]
-    if cfg.systems:
-        systems = [s for s in systems if s.kind == "hf" or any(x.lower() in s.name.lower() for x in cfg.systems)]
+    if cfg.systems:  # (the baseline, the first system, always runs)
+        systems = systems[:1] + [s for s in systems[1:] if any(x.lower() in s.name.lower() for x in cfg.systems)]
     return {s.name: s for s in systems}
 
 
@@ -245,20 +255,20 @@ def _run_bench(target, draft, tokenizer, cfg: BenchConfig, progress, events, run
                     cal["stats"][name].append(system.run(ids, mask, cal_seed)[1])
                 timings: dict = {}
                 t0 = time.perf_counter()
-                n, stats, new = system.run(ids, mask, cfg.seed + 1000 * r + b,
-                                           **({"timings": timings} if system.kind == "loop" else {}))
-                seconds = time.perf_counter() - t0
+                n, stats, new, *own = system.run(ids, mask, cfg.seed + 1000 * r + b,
+                                                 **({"timings": timings} if system.kind == "loop" else {}))
+                seconds = own[0] if own else time.perf_counter() - t0
                 if system.kind == "loop":  # plain decoding's price: this very call
                     plain_calibration_call(target, ids, mask, cfg, cal_seed, cal, seconds, timings)
                 if equal is not None and r == cfg.repeats - 1:
-                    if name == BASELINE:
+                    if i == 0:  # the first system: transformers' generate, or on another backend our loop
                         reference, cut_from = new, None
-                    elif name == LOOP:
+                    if name == LOOP:
                         cut_from = new
                     ok, n_cmp = greedy_prefix_equal(new, reference, eos, cut_from)
                     equal[name] &= ok
                     compared[name] += n_cmp
-                totals[name][0] += time.perf_counter() - t0
+                totals[name][0] += seconds if own else time.perf_counter() - t0
                 totals[name][1] += n
                 if stats is not None:
                     results[name].stats_by_repeat.setdefault(r, []).append(stats)

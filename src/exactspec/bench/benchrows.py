@@ -82,9 +82,18 @@ def finish_report(results: dict, systems: dict, passes: list, cfg, cost_model, d
     return report
 
 
+def baseline_name(systems: dict) -> str:
+    """What every speedup is a ratio to: transformers' generate, else (a model on another backend) that
+    runtime's own plain decoding (llama.cpp's binary, a "peer" with no draft length), else our loop."""
+    if BASELINE in systems:
+        return BASELINE
+    plain = [k for k, s in systems.items() if s.kind == "peer" and s.gamma is None]
+    return plain[0] if plain else next(iter(systems))
+
+
 def _report(results: dict[str, SystemResult], systems: dict, cfg, cost_model,
             loop_costs: dict, prefill: dict, predicted: dict[str, list]) -> dict:
-    base = results[BASELINE]
+    base = results[baseline_name(systems)]
     loop = results.get(LOOP)
     assisted = next((results[k] for k, s in systems.items() if s.kind == "assisted"), None)
     rows = []
@@ -133,6 +142,7 @@ def _report(results: dict[str, SystemResult], systems: dict, cfg, cost_model,
         "cost_ratio": cost_model.cost_ratio,
         "calibrated_cost_models": {name: cm.to_dict() for name, cm in loop_costs.items()},
         "calibrated_prefill_seconds": prefill,
+        "baseline": baseline_name(systems),
         "rows": rows,
         "summary": _summary(rows),
         "prediction_errors": prediction_errors(rows),

@@ -18,6 +18,7 @@ def run_demo(target, draft, tokenizer, prompts: list[str], *, max_new_tokens: in
 
     import torch
 
+    from exactspec.engine.baseline import target_alone_loop
     from exactspec.speed.costmodel import CostModel
     from exactspec.engine.decoding import SpeculativeGenerator
     from exactspec.pairs.featuredraft import timed_model
@@ -63,14 +64,20 @@ def run_demo(target, draft, tokenizer, prompts: list[str], *, max_new_tokens: in
         spec_tokens += len(ids)
         texts.append(tokenizer.decode(ids))
         runs.append(stream.output.stats)
-        # Plain decoding of the same number of tokens, measured on the spot with transformers' generate.
+        # Plain decoding of the same number of tokens, measured on the spot with transformers' generate (a
+        # model on another backend: the target alone in our loop, through the same backend).
         t0 = time.perf_counter()
-        with torch.inference_mode():
-            out = target.generate(**enc, max_new_tokens=len(ids), min_new_tokens=len(ids), do_sample=not greedy,
-                                  pad_token_id=tokenizer.pad_token_id,
-                                  **({} if greedy else {"temperature": temperature, "top_k": 0}))
+        if getattr(target, "backend", None):
+            plain_tokens += target_alone_loop(target, enc["input_ids"], enc["attention_mask"],
+                                              max_new_tokens=len(ids), temperature=temperature,
+                                              seed=seed + i).numel()
+        else:
+            with torch.inference_mode():
+                out = target.generate(**enc, max_new_tokens=len(ids), min_new_tokens=len(ids),
+                                      do_sample=not greedy, pad_token_id=tokenizer.pad_token_id,
+                                      **({} if greedy else {"temperature": temperature, "top_k": 0}))
+            plain_tokens += out.shape[1] - enc["input_ids"].shape[1]
         plain_time += time.perf_counter() - t0
-        plain_tokens += out.shape[1] - enc["input_ids"].shape[1]
     total = GenerationStats.merge(runs)
     spec_tps, plain_tps = spec_tokens / spec_time, plain_tokens / plain_time
     # Priced as these runs ran: a draft step and the per-step overhead from the speculative runs' own

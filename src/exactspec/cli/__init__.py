@@ -107,6 +107,8 @@ def cast_draft(draft, dtype: str | None, target=None):
         return draft
     if draft is None:
         raise ValueError("--draft-dtype needs a draft model (not --prompt-lookup)")
+    if getattr(draft, "backend", None) == "llamacpp":
+        raise ValueError("--draft-dtype: a llama.cpp draft computes in its GGUF file's own type")
     from exactspec.pairs.load import draft_in_dtype
 
     return draft_in_dtype(draft, dtype, target)
@@ -182,9 +184,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"exactspec: error: a command is required, one of {', '.join(SUBCOMMANDS)} "
               "(see exactspec --help)", file=sys.stderr)
         return 2
+    from exactspec.backends.optional import BackendMissing
+
     try:
         return int(args.func(args) or 0)
-    except (ValueError, FileNotFoundError) as exc:
+    except (ValueError, FileNotFoundError, BackendMissing) as exc:
         # Bad input (ValueError, and checks.ArgumentTypeError which is one) and missing files are
         # reported on one line, never as a traceback or a silent wrong answer. Other exceptions are bugs.
         print(f"exactspec {args.command}: error: {_cli_words(str(exc), args)}", file=sys.stderr)

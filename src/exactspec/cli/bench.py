@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 
+from exactspec.cli.backend import add_backend, backend_for, load_on_backend
 from exactspec.cli import DRAFT_DTYPE_HELP, DRAFT_DTYPES, SEED, cast_draft, check_in_file, integer, pair, real
 
 
@@ -29,7 +30,7 @@ def register(sub) -> None:
                    "the report puts the best of them beside gamma=auto")
     p.add_argument("--batch-size", type=integer(1), default=1)
     p.add_argument("--repeats", type=integer(1), default=3)
-    p.add_argument("--threads", type=integer(1), default=2, help="torch threads (default 2)")
+    p.add_argument("--threads", type=integer(1), default=2, help="threads of torch and of llama.cpp (default 2)")
     p.add_argument("--tree", default="auto", metavar="T1;T2;..",
                    help="tree speculation systems, ';'-separated: branching factors 3,2,1,1, a node budget N, "
                         "auto; 'none' for no tree system (default auto)")
@@ -37,6 +38,11 @@ def register(sub) -> None:
     p.add_argument("--out", default="bench-out", help="directory for bench.json, bench.md and plots")
     p.add_argument("--seed", type=SEED, default=0)
     p.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
+    add_backend(p)
+    p.add_argument("--peers", action=argparse.BooleanOptionalAction, default=True,
+                   help="with --backend llamacpp: also run llama.cpp's own plain and speculative decoding on the "
+                        "same GGUF files (its example binaries, built once from the vendored source and cached; "
+                        "default on)")
     p.set_defaults(func=run)
 
 
@@ -62,17 +68,8 @@ def _pair(args: argparse.Namespace) -> str | None:
     return args.pair
 
 
-def _load(args: argparse.Namespace, pair: str | None):
-    import contextlib
-    import io
-
-    from exactspec.pairs.stdlib import load_pair
-    from exactspec.pairs.load import load_pair as load_named
-
-    if pair:  # a shipped pair hides its own conversion's tqdm bar, and may say on stderr that it rebuilt its cache
-        return load_named(pair)
-    with contextlib.redirect_stderr(io.StringIO()):  # transformers' GGUF loader draws a plain tqdm bar there
-        return load_pair(args.target, args.draft)
+def _load(args: argparse.Namespace, pair: str | None, backend: str):
+    return load_on_backend(backend, pair, args.target, args.draft, threads=args.threads)
 
 
 def _check_out_dir(out: str) -> None:
@@ -118,6 +115,7 @@ def run(args: argparse.Namespace) -> int:
     if args.prompts:  # read (and checked) before any model loads
         check_in_file("--prompts", args.prompts)
     pair = _pair(args)
+    backend = backend_for(args, args.target)
     prompts = load_prompts(args.prompts) if args.prompts else pair_prompts(pair or "stdlib")
     chat = args.chat if args.chat is not None else bool(pair and is_chat(pair))
     torch.set_num_threads(args.threads)
@@ -129,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
     pathlib.Path(args.out).mkdir(parents=True, exist_ok=True)
     with Progress("bench", log=str(pathlib.Path(args.out) / "bench.log")) as progress:
         progress.phase("loading the models")
-        target, draft, tokenizer = _load(args, pair)
+        target, draft, tokenizer = _load(args, pair, backend)
         draft = cast_draft(draft, args.draft_dtype, target)
         prompts = prompts[: args.num_prompts]
         if chat:
@@ -141,7 +139,8 @@ def run(args: argparse.Namespace) -> int:
                           top_p=args.top_p,
                           gamma=gamma, batch_size=args.batch_size, repeats=args.repeats, seed=args.seed,
                           systems=args.systems.split(",") if args.systems else None, gammas=gammas,
-                          trees=trees)
+                          trees=trees if backend == "transformers" else (),
+                          peers=backend == "llamacpp" and args.peers)
         try:
             report = run_bench(target, draft, tokenizer, cfg, events=lambda info: _event(progress, cfg, info))
         except BenchInterrupted as exc:

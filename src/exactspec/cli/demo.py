@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 
 from exactspec.cli import SEED, integer, pair, real
+from exactspec.cli.backend import add_backend, backend_for, load_on_backend
 from exactspec.cli.generate import STYLES
 
 
@@ -19,8 +20,9 @@ def register(sub) -> None:
     p.add_argument("--gamma", default="auto", help="draft tokens per step, or 'auto' (default: auto)")
     p.add_argument("--method", choices=("token", "block"), default="token")
     p.add_argument("--seed", type=SEED, default=0)
-    p.add_argument("--threads", type=integer(1), default=2, help="torch threads (default 2)")
+    p.add_argument("--threads", type=integer(1), default=2, help="threads of torch and of llama.cpp (default 2)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON, no streaming")
+    add_backend(p)
     p.set_defaults(func=run)
 
 
@@ -35,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
 
     from exactspec.cli import parse_gamma
     from exactspec.bench.demo import run_demo
-    from exactspec.pairs.load import chat_prompt, is_chat, load_pair, pair_prompts
+    from exactspec.pairs.load import chat_prompt, is_chat, pair_prompts
 
     args.gamma = parse_gamma(args.gamma)
     pair = args.pair
@@ -51,8 +53,9 @@ def run(args: argparse.Namespace) -> int:
     import contextlib
     import io
 
+    backend = backend_for(args)
     with contextlib.redirect_stderr(io.StringIO()):  # the GGUF conversion (first run only) draws a tqdm bar
-        target, draft, tokenizer = load_pair(pair)
+        target, draft, tokenizer = load_on_backend(backend, pair, None, None, threads=args.threads)
     messages = pair_prompts(pair)[: args.prompts]
     prompts = [chat_prompt(tokenizer, m) for m in messages] if chat else messages
 
@@ -88,7 +91,8 @@ def run(args: argparse.Namespace) -> int:
     table.add_row("accepted draft tokens per target call (without bonus)", f"{summary['mean_accepted_per_step']:.2f}")
     table.add_row("tokens per target call (with bonus/corrected token)", f"{summary['mean_tokens_per_step']:.2f}")
     table.add_row("speculative decoding", f"{summary['speculative_tokens_per_second']:.1f} tokens/s")
-    table.add_row("plain decoding (transformers generate), measured now",
+    table.add_row("plain decoding (transformers generate), measured now" if backend == "transformers" else
+                  "plain decoding (llama.cpp, the target alone in our loop), measured now",
                   f"{summary['plain_tokens_per_second']:.1f} tokens/s")
     table.add_row("measured speedup", f"{summary['measured_speedup']:.2f}×")
     def times(x):

@@ -7,11 +7,10 @@ Accepted draft tokens are shown in green, tokens the target drew after a rejecti
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
 import sys
 
+from exactspec.cli.backend import add_backend, backend_for, load_on_backend
 from exactspec.cli import DRAFT_DTYPE_HELP, DRAFT_DTYPES, SEED, cast_draft, device, integer, pair, real
 
 # One palette for `generate` and `demo`.
@@ -59,6 +58,9 @@ def register(subparsers) -> None:
     p.add_argument("--seed", type=SEED, default=None, help="the same seed and arguments give the same tokens, in any process on this machine and build (docs/generation.md, Seeds)")
     p.add_argument("--device", type=device, default="cpu", help="torch device (default cpu)")
     p.add_argument("--json", action="store_true", help="print one JSON object (texts + stats) instead")
+    add_backend(p)
+    p.add_argument("--threads", type=integer(1), default=None,
+                   help="threads of torch and of llama.cpp (default: torch's setting; llama.cpp: every core)")
     p.set_defaults(func=run)
 
 
@@ -66,13 +68,11 @@ def load_models(args):
     """(target, draft or None, tokenizer) for the parsed arguments, offline only."""
     from transformers.utils import logging as hf_logging
 
-    from exactspec.pairs.stdlib import load_pair
-
     hf_logging.disable_progress_bar()  # stderr stays for errors
     if args.prompt_lookup:  # no draft to cast: --draft-dtype is refused before any model loads
         cast_draft(None, args.draft_dtype)
     if args.pair is not None:
-        from exactspec.pairs.load import is_chat, load_pair as load_named
+        from exactspec.pairs.load import is_chat
 
         name = args.pair
         if args.target or args.draft:
@@ -81,14 +81,15 @@ def load_models(args):
             args.chat = is_chat(name)
         # (no stderr redirection: a shipped pair hides its conversion's tqdm bar itself, and says on stderr
         # when it rebuilds its cache)
-        target, draft, tok = load_named(name, device=args.device)
+        target, draft, tok = load_on_backend(backend_for(args), name, None, None, threads=args.threads,
+                                             device=args.device)
         return target, cast_draft(None if args.prompt_lookup else draft, args.draft_dtype, target), tok
     if args.prompt_lookup and args.draft:
         raise ValueError("--prompt-lookup and --draft exclude each other")
     if args.target is not None and args.draft is None and not args.prompt_lookup:
         raise ValueError("--target needs --draft or --prompt-lookup")
-    with contextlib.redirect_stderr(io.StringIO()):  # transformers' GGUF loader draws a plain tqdm bar there
-        target, draft, tok = load_pair(args.target, args.draft, device=args.device)
+    target, draft, tok = load_on_backend(backend_for(args, args.target), None, args.target, args.draft,
+                                         threads=args.threads, device=args.device)
     return target, cast_draft(None if args.prompt_lookup else draft, args.draft_dtype, target), tok
 
 

@@ -11,6 +11,7 @@ import math
 import time
 
 from exactspec.cli import pair
+from exactspec.cli.backend import add_backend, backend_for
 
 
 
@@ -31,6 +32,8 @@ def register(subparsers) -> None:
     src.add_argument("--top-k", type=int, default=0)
     src.add_argument("--top-p", type=float, default=1.0)
     src.add_argument("--seed", type=int, default=0)
+    add_backend(src)
+    src.add_argument("--threads", type=int, default=None, help="threads of llama.cpp (default: every core)")
     live = p.add_argument_group("live (vLLM)")
     live.add_argument("--vllm-metrics", metavar="URL|FILE", help="vLLM's /metrics URL, or a saved scrape")
     live.add_argument("--model-name", help="the model to read when the server has several")
@@ -83,7 +86,8 @@ def _offline(args, sizes) -> int:
     given = _costs(args, sizes) if args.cost is not None or args.profile else None  # read before any model loads
     with Progress("plan") as progress:
         progress.phase("loading the models")
-        target, draft, tok = _load(target_path, None if args.prompt_lookup else draft_path, args.pair)
+        target, draft, tok = _load(target_path, None if args.prompt_lookup else draft_path, args.pair,
+                                   backend_for(args, target_path), args.threads)
         if args.pair and is_chat(args.pair):  # a chat pair serves user messages: render them as its template does
             prompts = [chat_prompt(tok, p) for p in prompts]
         acc, stopped = _acceptance(args, target, draft, tok, prompts, progress)
@@ -184,18 +188,17 @@ def _paths(args) -> tuple[str, str | None]:
     return args.target, args.draft
 
 
-def _load(target_path, draft_path, pair=None):
+def _load(target_path, draft_path, pair=None, backend="transformers", threads=None):
     from transformers.utils import logging as hf_logging
 
-    from exactspec.pairs.stdlib import load_pair
-    from exactspec.pairs.load import load_pair as load_named
+    from exactspec.cli.backend import load_on_backend
 
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
     if pair:  # a shipped pair hides its conversion's tqdm bar itself, and says on stderr when it rebuilds its cache
-        target, draft, tok = load_named(pair)
+        target, draft, tok = load_on_backend(backend, pair, None, None, threads=threads)
         return target, (draft if draft_path else None), tok
-    return load_pair(target_path, draft_path)
+    return load_on_backend(backend, None, target_path, draft_path, threads=threads)
 
 
 def read_prompts(path: str) -> list[str]:

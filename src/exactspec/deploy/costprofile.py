@@ -143,7 +143,9 @@ def _calibrate(cm: CostModel, target, draft, batch: int, prompt_len: int, prompt
                 ids[i, width - len(r):], mask[i, width - len(r):] = torch.tensor(r), 1
             batches.append((ids, mask))
     else:
-        vocab = target.get_output_embeddings().weight.shape[0]
+        from exactspec.backends.seam import vocab_size
+
+        vocab = vocab_size(target)
         ids = torch.randint(1, vocab, (batch, prompt_len), generator=g)
         batches.append((ids, torch.ones_like(ids)))
     batches = [(i.to(target.device), m.to(target.device)) for i, m in batches]

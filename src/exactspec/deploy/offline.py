@@ -186,7 +186,9 @@ def measure_acceptance(target, tokenizer, prompts: list[str], *, draft=None, pro
     if not prompts or not all(isinstance(p, str) and p for p in prompts):
         raise ValueError("prompts must be a non-empty list of non-empty strings")
     greedy = temperature == 0
-    vocab = target.get_output_embeddings().weight.shape[0]
+    from exactspec.backends.seam import vocab_size
+
+    vocab = vocab_size(target)
     spec = SamplingSpec(greedy=greedy, temperature=float(temperature), top_k=top_k, top_p=top_p,
                         generator=torch.Generator(), vocab_size=vocab)
     spec.probs(torch.zeros(1, 2))  # validates temperature / top_k / top_p before any model runs
@@ -213,6 +215,8 @@ def _write(target, tokenizer, enc: list[list[int]], max_new: int, spec, seed: in
         kw.update(temperature=spec.temperature, top_k=spec.top_k, top_p=spec.top_p)
     if not stop_at_eos:  # EOS is then an ordinary token, as with generate(eos_token_id=[]); min_new_tokens
         kw["eos_token_id"] = []  # would instead ban it, changing the target's distribution
+    if getattr(target, "backend", None):  # a model on another backend: our target-alone loop through it
+        return _write_on_backend(target, enc, max_new, spec, seed, stop_at_eos)
     eager = getattr(target.config, "_attn_implementation", "eager") in (None, "eager")
     groups: dict = {}
     for b, e in enumerate(enc):
@@ -227,6 +231,31 @@ def _write(target, tokenizer, enc: list[list[int]], max_new: int, spec, seed: in
         for b, row in zip(members, out[:, ids.shape[1]:].tolist()):
             cut = next((j + 1 for j, t in enumerate(row) if t in eos), len(row))
             conts[b] = row[:cut]
+    return conts
+
+
+def _write_on_backend(target, enc: list[list[int]], max_new: int, spec, seed: int, stop_at_eos: bool):
+    """As :func:`_write`, for a model that has no transformers `generate` (a GGUF file on llama.cpp): one
+    token per call through its session, drawn from ``spec``'s law (temperature, top-k, top-p)."""
+    from exactspec.backends.seam import open_session
+
+    gen = torch.Generator().manual_seed(seed)
+    ids, mask = _pad(enc, 0, left=True)
+    session = open_session(target, len(enc), target=True)
+    with torch.inference_mode():
+        logits = session.forward(ids, mask.bool(), logits_to_keep=1)[:, -1]  # [B, V]
+        rows = []
+        for step in range(max_new):
+            law = spec.probs(logits)  # [B, V]
+            nxt = law.argmax(-1) if spec.greedy else torch.multinomial(law, 1, generator=gen)[:, 0]
+            rows.append(nxt)
+            if step < max_new - 1:
+                logits = session.forward(nxt[:, None], torch.ones(len(enc), 1, dtype=torch.bool))[:, -1]
+    eos = set(_eos_ids(target)) if stop_at_eos else set()
+    conts = []
+    for row in torch.stack(rows, 1).tolist():
+        cut = next((j + 1 for j, t in enumerate(row) if t in eos), len(row))
+        conts.append(row[:cut])
     return conts
 
 
@@ -251,6 +280,10 @@ def _pad(seqs: list[list[int]], pad: int, left: bool = True):
 def _logits(model, ids, mask, keep: int) -> torch.Tensor:
     """Logits of the last `keep` columns, `[B, keep, V]`. Rows are right-padded: a real token never
     attends to a pad (causality) and every query row has a real key, so no kernel sees an empty row."""
+    if getattr(model, "backend", None):  # another backend: one pass through a session (zeros at the pads)
+        from exactspec.backends.seam import open_session
+
+        return open_session(model, ids.shape[0], target=True).forward(ids, mask.bool())[:, -keep:].float().cpu()
     dev = model.device
     out = model(input_ids=ids.to(dev), attention_mask=mask.to(dev), logits_to_keep=keep, use_cache=False)
     return out.logits[:, -keep:].float().cpu()

@@ -103,6 +103,9 @@ class SpeculativeGenerator:
             if draft.device != target.device:
                 raise ValueError(f"draft is on {draft.device} but target is on {target.device}")
             check_same_vocab(target, draft)
+            if draft is target and getattr(target, "backend", None):  # one context runs one session at a time
+                raise ValueError("draft: the target model itself; a llama.cpp model runs one session at a time, "
+                                 "so load the file a second time for the draft")
         for name, model in (("target", target), ("draft", draft)):
             if model is not None and model.training:  # dropout would make outputs random and inexact
                 raise ValueError(f"{name} is in training mode (dropout active); call {name}.eval() first")
