@@ -1,0 +1,80 @@
+"""Tiny Llama pairs written by the tests: a Hugging Face directory (random weights, a byte-level BPE tokenizer
+trained here) and the same weights as a GGUF file that llama.cpp and transformers both load."""
+from __future__ import annotations
+
+import pathlib
+
+import torch
+
+CORPUS = ["def add(a, b):\n    return a + b\n", "for i in range(10):\n    print(i)\n",
+          "class Point:\n    def __init__(self, x, y):\n        self.x = x\n", "import os\nimport sys\n",
+          "while True:\n    break\n", "if x is None:\n    x = []\n"] * 4
+
+
+def tokenizer_dir(path: pathlib.Path, vocab: int = 300) -> pathlib.Path:
+    """A byte-level BPE tokenizer (GPT-2 style, `<|endoftext|>` = 0) saved as a transformers tokenizer."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=["<|endoftext|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(CORPUS, trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", bos_token="<|endoftext|>",
+                                   unk_token="<|endoftext|>", pad_token="<|endoftext|>")
+    path.mkdir(parents=True, exist_ok=True)
+    fast.save_pretrained(path)
+    return path
+
+
+def llama_dir(path: pathlib.Path, seed: int, layers: int = 2, hidden: int = 64, scale: float = 1.0,
+              tok_dir: pathlib.Path | None = None, head_scale: float = 1.0) -> pathlib.Path:
+    """A random Llama (fp32) with `tok_dir`'s tokenizer, saved with it in `path`. `scale` multiplies the
+    random weights; `head_scale` the lm-head's too (peaked next-token laws, as a trained model's)."""
+    from transformers import AutoTokenizer, GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+    tok = AutoTokenizer.from_pretrained(tok_dir)
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden,
+                      num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                      max_position_embeddings=512, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                      bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    model = LlamaForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.mul_(scale)
+        model.lm_head.weight.mul_(head_scale)
+    model.generation_config = GenerationConfig(bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def gguf_of(hf: pathlib.Path, out: pathlib.Path, outtype: str = "f32") -> pathlib.Path:
+    """`hf`'s weights and tokenizer as a GGUF file (exactspec's own converter)."""
+    try:
+        from exactspec.pairs.gguf import convert_to_gguf
+    except ImportError:  # TEMPORARY while the converter moves into the package
+        import sys
+        sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "llamacpp"))
+        from convert_hf_llama_to_gguf import convert as convert_to_gguf
+
+    convert_to_gguf(hf, out, outtype=outtype)
+    return out
+
+
+def shallow_copy_dir(hf: pathlib.Path, path: pathlib.Path, layers: int = 1) -> pathlib.Path:
+    """A draft for `hf`: its first `layers` layers, embedding and head (so it agrees with it often)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(hf).eval()
+    model.model.layers = model.model.layers[:layers]
+    model.config.num_hidden_layers = layers
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(path)
+    AutoTokenizer.from_pretrained(hf).save_pretrained(path)
+    return path

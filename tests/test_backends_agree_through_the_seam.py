@@ -1,0 +1,205 @@
+"""The model seam: a GGUF file on llama.cpp and the same weights on transformers give the same logits for the
+same prefixes (ragged rows, rollback, rows leaving); rollback equals recomputation; the engine on llama.cpp is
+greedy-equal to the same backend's target-alone loop and samples the law of that backend's own logits
+(chi-square); bad input and a missing llama-cpp-python give one clear error each."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("llama_cpp")
+
+from _tiny_gguf import gguf_of, llama_dir, shallow_copy_dir, tokenizer_dir  # noqa: E402
+
+from exactspec import SpeculativeGenerator  # noqa: E402
+from exactspec.backends.llamacpp import LlamaCppLM  # noqa: E402
+from exactspec.backends.seam import open_session  # noqa: E402
+from exactspec.engine.baseline import target_alone_loop  # noqa: E402
+from exactspec.verification.sampling import probs_from_logits  # noqa: E402
+
+# ggml rounds otherwise than torch (on a CPU with AMX it repacks even f32 weights as f16): logits agree to
+# about 1e-3 of their largest magnitude, which is what is asserted (2e-3; measured up to 1.1e-3)
+RTOL = 2e-3
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from transformers import AutoModelForCausalLM
+
+    root = tmp_path_factory.mktemp("tiny")
+    tok = tokenizer_dir(root / "tok")
+    t_dir = llama_dir(root / "target", seed=1, scale=4.0, head_scale=6.0, tok_dir=tok)
+    d_dir = shallow_copy_dir(t_dir, root / "draft")
+    t_gguf, d_gguf = gguf_of(t_dir, root / "target.gguf"), gguf_of(d_dir, root / "draft.gguf")
+    hf = AutoModelForCausalLM.from_pretrained(t_dir).eval()
+    return dict(root=root, tok=tok, t_dir=t_dir, t_gguf=t_gguf, d_gguf=d_gguf, hf=hf,
+                target=LlamaCppLM(t_gguf, threads=1, n_ctx=256),
+                draft=LlamaCppLM(d_gguf, threads=1, n_ctx=256))
+
+
+def _compare(a: torch.Tensor, b: torch.Tensor, valid: torch.Tensor) -> float:
+    """Largest |a - b| over the valid slots `valid [B, S]` of logits `[B, S, V]`, over the largest |a|."""
+    return float((a - b)[valid].abs().max() / a[valid].abs().max())
+
+
+def test_both_backends_give_the_same_logits_through_rollback_ragged_rows_and_row_removal(tiny):
+    hf, ll = open_session(tiny["hf"], 3, target=True), open_session(tiny["target"], 3, target=True)
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(1, tiny["target"].vocab_size, (3, 12), generator=g)
+    mask = torch.ones(3, 12, dtype=torch.bool)
+    mask[1, :5] = mask[2, :9] = False  # left padding: rows of 12, 7 and 3 tokens
+    with torch.inference_mode():
+        assert _compare(hf.forward(ids, mask), ll.forward(ids, mask), mask) < RTOL
+        new = torch.randint(1, tiny["target"].vocab_size, (3, 4), generator=g)
+        ragged = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [1, 1, 1, 0]], dtype=torch.bool)
+        assert _compare(hf.forward(new, ragged), ll.forward(new, ragged), ragged) < RTOL
+        keep = torch.tensor([[1, 1, 0, 0], [1, 0, 0, 0], [1, 1, 1, 0]], dtype=torch.bool)  # what each accepted
+        hf.rollback(keep)
+        ll.rollback(keep)
+        assert ll.n_real.tolist() == hf.n_real.tolist() == [14, 8, 6]
+        more = torch.randint(1, tiny["target"].vocab_size, (3, 2), generator=g)
+        every = torch.ones(3, 2, dtype=torch.bool)
+        assert _compare(hf.forward(more, every), ll.forward(more, every), every) < RTOL
+        hf.select_rows(torch.tensor([0, 2]))
+        ll.select_rows(torch.tensor([0, 2]))
+        last = more[[0, 2], -1:]
+        one = torch.ones(2, 1, dtype=torch.bool)
+        assert _compare(hf.forward(last, one), ll.forward(last, one), one) < RTOL
+
+
+def test_rollback_after_a_rejection_equals_recomputation(tiny):
+    g = torch.Generator().manual_seed(1)
+    prompt = torch.randint(1, tiny["target"].vocab_size, (1, 10), generator=g)
+    drafts = torch.randint(1, tiny["target"].vocab_size, (1, 5), generator=g)
+    after = torch.randint(1, tiny["target"].vocab_size, (1, 3), generator=g)
+    ones = lambda n: torch.ones(1, n, dtype=torch.bool)  # noqa: E731
+    with torch.inference_mode():
+        s = open_session(tiny["target"], 1, target=True)
+        s.forward(prompt, ones(10))
+        s.forward(drafts, ones(5))
+        s.rollback(torch.tensor([[True, True, False, False, False]]))  # 2 accepted, 3 rejected
+        rolled = s.forward(after, ones(3))
+        fresh = open_session(tiny["target"], 1, target=True)
+        fresh.forward(prompt, ones(10))
+        fresh.forward(drafts[:, :2], ones(2))
+        recomputed = fresh.forward(after, ones(3))
+    assert float((rolled - recomputed).abs().max()) < 1e-4
+
+
+@pytest.mark.parametrize("gamma,method", [(3, "token"), ("auto", "token"), (4, "block")])
+def test_greedy_on_llamacpp_equals_its_own_target_alone_loop(tiny, gamma, method):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny["tok"])
+    tok.padding_side = "left"
+    enc = tok(["def add(a, b):", "for i in range(10):\n    print"], return_tensors="pt", padding=True)
+    gen = SpeculativeGenerator(tiny["target"], tiny["draft"])
+    out = gen.generate(enc.input_ids, enc.attention_mask, max_new_tokens=24, do_sample=False, gamma=gamma,
+                       method=method, eos_token_id=[])
+    for b in range(2):  # each row alone, one token per call
+        real = enc.attention_mask[b].bool()
+        ids = enc.input_ids[b, real][None]
+        alone = target_alone_loop(tiny["target"], ids, torch.ones_like(ids), max_new_tokens=24, temperature=0,
+                                  seed=0)
+        assert out.sequences[b, -24:].tolist() == alone[0].tolist()
+    assert sum(out.stats.position_accepted) > 0  # the draft was used, not only plain steps
+
+
+def _law(target, prompt: list[int], temperature: float, top_p: float):
+    """Exact joint law of the first two new tokens from the backend's own logits: p1 [V], p2 [V, V]."""
+    v = target.vocab_size
+    with torch.inference_mode():
+        s = open_session(target, 1, target=True)
+        ids = torch.tensor([prompt])
+        p1 = probs_from_logits(s.forward(ids, torch.ones_like(ids, dtype=torch.bool))[0, -1], temperature=temperature,
+                               top_p=top_p)
+        p2 = torch.zeros(v, v)
+        for x in p1.nonzero().flatten().tolist():
+            s2 = open_session(target, 1, target=True)
+            full = torch.tensor([prompt + [x]])
+            p2[x] = probs_from_logits(s2.forward(full, torch.ones_like(full, dtype=torch.bool))[0, -1],
+                                      temperature=temperature, top_p=top_p)
+    return p1.double(), p2.double()
+
+
+def _chi_square_p(counts: np.ndarray, expected: np.ndarray) -> float:
+    from scipy.stats import chisquare
+
+    big = expected >= 5  # bins too small to test are pooled into one
+    obs = np.append(counts[big], counts[~big].sum())
+    exp = np.append(expected[big], expected[~big].sum())
+    keep = exp > 0
+    return float(chisquare(obs[keep], exp[keep] * obs[keep].sum() / exp[keep].sum()).pvalue)
+
+
+@pytest.mark.parametrize("temperature,top_p,method", [(1.0, 1.0, "token"), (0.7, 0.9, "block")])
+def test_first_tokens_follow_the_law_of_the_backends_own_logits(tiny, temperature, top_p, method):
+    prompt = [5, 17, 42, 8, 99, 23]
+    p1, p2 = _law(tiny["target"], prompt, temperature, top_p)
+    gen = SpeculativeGenerator(tiny["target"], tiny["draft"])
+    rows, draws = 64, []
+    ids = torch.tensor([prompt] * rows)
+    for seed in range(12):  # 768 draws, batched 64 rows at a time
+        out = gen.generate(ids, max_new_tokens=2, do_sample=True, temperature=temperature, top_k=0, top_p=top_p,
+                           gamma=2, method=method, eos_token_id=[], seed=seed)
+        draws += out.sequences[:, -2:].tolist()
+    v = tiny["target"].vocab_size
+    first = np.bincount([a for a, _ in draws], minlength=v)
+    assert _chi_square_p(first, p1.numpy() * len(draws)) > 1e-3
+    second = np.bincount([b for _, b in draws], minlength=v)  # its law: sum over x1 of p1(x1) p2(. | x1)
+    assert _chi_square_p(second, (p1 @ p2).numpy() * len(draws)) > 1e-3
+    assert _chi_square_p(second, p1.numpy() * len(draws)) < 1e-3  # the test can tell two laws apart
+
+
+def test_bad_files_a_vocabulary_mismatch_and_bad_use_give_one_clear_error(tiny, tmp_path):
+    with pytest.raises(ValueError, match="gguf_path: no such file"):
+        LlamaCppLM(tmp_path / "missing.gguf")
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"not a gguf file at all")
+    with pytest.raises(ValueError, match="not a GGUF file"):
+        LlamaCppLM(junk)
+    with pytest.raises(TypeError, match="gguf_path"):
+        LlamaCppLM(3)
+    other_tok = tokenizer_dir(tmp_path / "tok2", vocab=280)
+    other = LlamaCppLM(gguf_of(llama_dir(tmp_path / "other", seed=3, layers=1, tok_dir=other_tok),
+                               tmp_path / "other.gguf"), threads=1)
+    with pytest.raises(ValueError, match="draft: its vocabulary differs"):
+        SpeculativeGenerator(tiny["target"], other)
+    with pytest.raises(ValueError, match="load the file a second time"):
+        SpeculativeGenerator(tiny["target"], tiny["target"])
+    gen = SpeculativeGenerator(tiny["target"], tiny["draft"])
+    ids = torch.tensor([[5, 6, 7]])
+    with pytest.raises(ValueError, match="tree: the llama.cpp backend verifies chains only"):
+        gen.generate(ids, max_new_tokens=4, tree=(2, 1))
+    with pytest.raises(ValueError, match="context of 256"):
+        gen.generate(ids, max_new_tokens=300)
+    s = open_session(tiny["target"], 1, target=True)
+    s.forward(ids, torch.ones_like(ids, dtype=torch.bool))
+    with pytest.raises(ValueError, match="leaves a hole"):
+        s.rollback(torch.tensor([[True, False, True]]))
+    open_session(tiny["target"], 1, target=True)
+    with pytest.raises(RuntimeError, match="session ended"):
+        s.forward(ids, torch.ones_like(ids, dtype=torch.bool))
+
+
+def test_a_missing_llama_cpp_python_is_one_clear_error(tiny, tmp_path):
+    """In a process where llama_cpp cannot be imported: the library raises BackendMissing saying how to install
+    it, and the command line prints one line and exits 2."""
+    block = tmp_path / "block"
+    block.mkdir()
+    (block / "llama_cpp.py").write_text("raise ImportError('blocked for this test')\n")
+    (block / "sitecustomize.py").write_text(
+        "import importlib.util as u\n_f = u.find_spec\n"
+        "u.find_spec = lambda name, *a, **k: None if name == 'llama_cpp' else _f(name, *a, **k)\n")
+    env = {**__import__("os").environ, "PYTHONPATH": str(block)}
+    code = ("from exactspec.backends.llamacpp import LlamaCppLM\n"
+            f"try:\n    LlamaCppLM({str(tiny['t_gguf'])!r})\nexcept ModuleNotFoundError as e:\n    print('ERR', e)\n")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert "ERR the llama.cpp backend needs llama-cpp-python: pip install 'exactspec[llamacpp]'" in out.stdout, out
+    cli = subprocess.run([sys.executable, "-m", "exactspec", "generate", "--backend", "llamacpp", "x"], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert cli.returncode == 2 and cli.stderr.count("\n") == 1 and "pip install 'exactspec[llamacpp]'" in cli.stderr
