@@ -218,49 +218,59 @@ class LlamaCppSession:
         """Append `tokens [B, S]` (`valid [B, S]` marks real ones) in one decode; `[B, S, V]` logits
         (`[B, logits_to_keep, V]` for the last slots), zeros at invalid slots."""
         self._live()
-        tok = tokens.detach().cpu().numpy()
-        ok = valid.detach().cpu().numpy().astype(bool, copy=False)
-        b, s = tok.shape
+        b, s = tokens.shape
         keep = s if not logits_to_keep else min(int(logits_to_keep), s)
-        counts = ok.sum(1)
+        tok = tokens.numpy(force=True).astype(np.int32, copy=True)  # [B, S]
+        tok[(tok < 0) | (tok >= self.model.vocab_size)] = 0  # as SlotCache: ids it cannot take feed 0
+        if bool(valid.all()):  # the common case (every draft step, most verifications): no gather needed
+            ok = np.ones((b, s), dtype=bool)
+            counts = np.full(b, s, dtype=np.int64)
+            pos = (self.n[:, None] + np.arange(s)).astype(np.int32).ravel()
+            seq = np.repeat(self.seq, s)
+            flags = np.zeros((b, s), dtype=np.int8)
+            flags[:, s - keep:] = 1
+            tok, flags = tok.ravel(), flags.ravel()
+        else:
+            ok = valid.numpy(force=True).astype(bool, copy=False)
+            counts = ok.sum(1)
+            rows, cols = np.nonzero(ok)  # row-major: each row's tokens in order
+            pos = (self.n[rows] + np.cumsum(ok, 1)[rows, cols] - 1).astype(np.int32)
+            seq = self.seq[rows]
+            tok = tok[rows, cols]
+            flags = (cols >= s - keep).astype(np.int8)
         if int((self.n + counts).max(initial=0)) > self.model.n_ctx:
             raise ValueError(f"a row would exceed the llama.cpp context of {self.model.n_ctx} tokens "
                              "(LlamaCppLM(n_ctx=...))")
-        tok = np.where((tok >= 0) & (tok < self.model.vocab_size), tok, 0)  # as SlotCache: unknown ids feed 0
-        flags = ok.copy()
-        flags[:, : s - keep] = False
-        rows, cols = np.nonzero(ok)  # row-major: each row's tokens in order
-        pos = self.n[rows] + np.cumsum(ok, 1)[rows, cols] - 1
-        raw = self._ctx.decode(tok[rows, cols].astype(np.int32), pos.astype(np.int32),
-                               self.seq[rows], flags[rows, cols].astype(np.int8))  # [N_flagged, V]
+        raw = self._ctx.decode(tok, pos, seq, flags)  # [flagged, V], in batch order
         self.n = self.n + counts
         self.mask = np.concatenate([self.mask[:, -256:], ok], 1)  # rollbacks reach back a few steps only
-        if bool(flags[:, s - keep:].all()):  # every kept slot real: the rows are the logits, in order
+        out_ok = ok[:, s - keep:]
+        if raw.shape[0] == b * keep:  # every kept slot real: the rows are the logits, in order
             return torch.from_numpy(raw).view(b, keep, -1)
         out = np.zeros((b, keep, raw.shape[1]), np.float32)
-        fr, fc = np.nonzero(flags[:, s - keep:])
-        out[fr, fc] = raw
+        out[out_ok] = raw
         return torch.from_numpy(out)
 
     def rollback(self, keep: torch.Tensor) -> None:
         """Keep only the slots flagged in `keep [B, S]` among the last S slots (each row a prefix of its
         real tokens there); the other tokens leave the KV cache."""
         self._live()
-        k = keep.detach().cpu().numpy().astype(bool, copy=False)
+        k = keep.numpy(force=True).astype(bool, copy=False)
         s = k.shape[1]
         if s > self.mask.shape[1]:
             raise ValueError(f"rollback over {s} slots, but the session remembers {self.mask.shape[1]}")
-        real = self.mask[:, -s:]
+        real = self.mask[:, self.mask.shape[1] - s:]
         tail = real & k
         kept = tail.sum(1)
         if not np.array_equal(tail, real & (np.cumsum(real, 1) <= kept[:, None])):
             raise ValueError("the llama.cpp backend keeps a prefix of each row's new tokens; this rollback "
                              "leaves a hole (tree paths need the transformers backend)")
         drop = real.sum(1) - kept
-        for b in np.nonzero(drop)[0]:
-            self.n[b] -= drop[b]
-            self._ctx.remove(self.seq[b], self.n[b])
-        self.mask = np.concatenate([self.mask[:, :-s], tail], 1)
+        if drop.any():
+            self.n = self.n - drop
+            for b in np.flatnonzero(drop):
+                self._ctx.remove(self.seq[b], self.n[b])
+        self.mask[:, self.mask.shape[1] - s:] = tail
 
     def select_rows(self, rows: torch.Tensor) -> None:
         """Keep batch rows `rows [B']`; the others' sequences are emptied."""
