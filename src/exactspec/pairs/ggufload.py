@@ -38,7 +38,7 @@ def choose_backend(backend: str | None, target_path: str | None = None, warn=Non
 def load_gguf_files(target, draft=None, *, threads: int | None = None):
     """`(target, draft or None, tokenizer)`: `.gguf` files on llama.cpp, offline. The draft must share the
     target's vocabulary (checked token by token)."""
-    from exactspec.backends.optional import LlamaCppLM
+    from exactspec.backends.llamacpp import LlamaCppLM
     from exactspec.backends.seam import check_same_vocab
 
     for name, path in (("target", target), ("draft", draft)):
