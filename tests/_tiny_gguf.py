@@ -56,12 +56,7 @@ def llama_dir(path: pathlib.Path, seed: int, layers: int = 2, hidden: int = 64, 
 
 def gguf_of(hf: pathlib.Path, out: pathlib.Path, outtype: str = "f32") -> pathlib.Path:
     """`hf`'s weights and tokenizer as a GGUF file (exactspec's own converter)."""
-    try:
-        from exactspec.pairs.gguf import convert_to_gguf
-    except ImportError:  # TEMPORARY while the converter moves into the package
-        import sys
-        sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "llamacpp"))
-        from convert_hf_llama_to_gguf import convert as convert_to_gguf
+    from exactspec.pairs.gguf import convert_to_gguf
 
     convert_to_gguf(hf, out, outtype=outtype)
     return out

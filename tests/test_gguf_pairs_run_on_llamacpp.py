@@ -1,0 +1,125 @@
+"""GGUF files run natively: exactspec's converter writes a file that llama.cpp and transformers both load with
+the Hugging Face model's logits; the shipped pairs load on llama.cpp (`load_pair(name, backend="llamacpp")`) and
+are greedy-equal to the same backend's target-alone loop; the stdlib pair's cached GGUF form is rebuilt when
+damaged; `--backend` works on generate and bench; bad values give one clear error."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+pytest.importorskip("llama_cpp")
+
+from _tiny_gguf import gguf_of, llama_dir, tokenizer_dir  # noqa: E402
+
+from exactspec import SpeculativeGenerator, load_pair  # noqa: E402
+from exactspec.backends.llamacpp import LlamaCppLM  # noqa: E402
+from exactspec.backends.seam import open_session  # noqa: E402
+from exactspec.engine.baseline import target_alone_loop  # noqa: E402
+from exactspec.pairs.load import chat_prompt, pair_prompts  # noqa: E402
+
+
+def test_the_converter_writes_a_file_llamacpp_and_transformers_both_load(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    hf_dir = llama_dir(tmp_path / "hf", seed=5, tok_dir=tokenizer_dir(tmp_path / "tok"))
+    path = gguf_of(hf_dir, tmp_path / "m.gguf", outtype="f32")
+    hf = AutoModelForCausalLM.from_pretrained(hf_dir).eval()
+    via_tf = AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file="m.gguf").eval()
+    ids = torch.randint(1, hf.config.vocab_size, (1, 20), generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        want = hf(ids).logits
+        assert torch.allclose(via_tf(ids).logits, want, atol=1e-5)  # the permutation is undone exactly
+        got = open_session(LlamaCppLM(path, threads=1), 1, target=True).forward(ids, torch.ones_like(ids, dtype=torch.bool))
+    assert float((got - want).abs().max() / want.abs().max()) < 2e-3  # ggml's rounding (see the seam test)
+
+
+def _greedy_equal(target, draft, ids, n: int):
+    out = SpeculativeGenerator(target, draft).generate(ids, max_new_tokens=n, do_sample=False, eos_token_id=[])
+    alone = target_alone_loop(target, ids, torch.ones_like(ids), max_new_tokens=n, temperature=0, seed=0)
+    return out.sequences[0, -n:].tolist() == alone[0].tolist(), out
+
+
+def test_the_stdlib_pair_on_llamacpp_is_greedy_equal_to_its_target_alone_loop():
+    target, draft, tok = load_pair("stdlib", backend="llamacpp", threads=1)
+    assert isinstance(target, LlamaCppLM) and isinstance(draft, LlamaCppLM)
+    assert target.gguf_path.endswith("target.gguf") and draft.gguf_path.endswith("draft.gguf")
+    for prompt in pair_prompts("stdlib")[:2]:
+        ids = tok(prompt, return_tensors="pt").input_ids[:, -128:]
+        same, out = _greedy_equal(target, draft, ids, 32)
+        assert same
+        assert sum(out.stats.position_accepted) > 0
+
+
+def test_the_smollm2_pair_runs_its_q4_1_file_as_it_ships():
+    pytest.importorskip("gguf")
+    target, draft, tok = load_pair("smollm2", backend="llamacpp", threads=2)
+    assert target.gguf_path.endswith("SmolLM2-135M-Instruct.Q4_1.gguf") and not target.repack  # (see LlamaCppLM)
+    ids = tok(chat_prompt(tok, pair_prompts("smollm2")[0]), return_tensors="pt").input_ids
+    same, _ = _greedy_equal(target, draft, ids, 12)
+    assert same
+
+
+def test_a_damaged_cached_gguf_is_rebuilt(tmp_path, monkeypatch, capsys):
+    from exactspec.pairs.gguf import stdlib_gguf
+
+    monkeypatch.setenv("EXACTSPEC_CACHE", str(tmp_path))
+    t_path, _ = stdlib_gguf()
+    size = t_path.stat().st_size
+    with open(t_path, "r+b") as f:  # same size, other bytes
+        f.seek(size // 2)
+        f.write(b"\x00" * 64)
+    import exactspec.backends.cachecheck as cc
+
+    cc._VERIFIED.clear()  # a new process would hash it again
+    t2, _ = stdlib_gguf()
+    assert "cannot be trusted" in capsys.readouterr().err
+    assert t2.stat().st_size == size and LlamaCppLM(t2, threads=1).vocab_size == 4096
+    with pytest.raises(ValueError, match="outtype"):
+        stdlib_gguf("q8")
+
+
+def test_bad_backend_dtype_and_device_give_one_clear_error():
+    with pytest.raises(ValueError, match="backend must be"):
+        load_pair("stdlib", backend="vllm")
+    with pytest.raises(ValueError, match="dtype: a llama.cpp model"):
+        load_pair("stdlib", backend="llamacpp", dtype=torch.float16)
+    with pytest.raises(ValueError, match="threads"):
+        load_pair("stdlib", threads=2)
+
+
+def _cli(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "exactspec", *args], capture_output=True, text=True, timeout=600,
+                          env=env or os.environ.copy())
+
+
+def test_generate_and_bench_take_backend_llamacpp(tmp_path):
+    out = _cli("generate", "--backend", "llamacpp", "--threads", "1", "--max-new-tokens", "12", "--json",
+               "def add(a, b):")
+    assert out.returncode == 0, out.stderr
+    assert len(json.loads(out.stdout)["token_ids"][0]) == 12
+    bench = _cli("bench", "--backend", "llamacpp", "--no-peers", "--num-prompts", "1", "--repeats", "1",
+                 "--max-new-tokens", "16", "--systems", "token (γ=4)", "--threads", "1", "--out", str(tmp_path),
+                 "--json")
+    assert bench.returncode == 0, bench.stderr
+    report = json.loads(bench.stdout.strip().splitlines()[-1])
+    assert report["baseline"] == "target (exactspec loop)"
+    assert all(r["greedy_equals_target_generate"] for r in report["rows"])
+
+
+def test_a_gguf_target_falls_back_to_transformers_in_one_line_without_llama_cpp_python(tmp_path):
+    tok = tokenizer_dir(tmp_path / "tok")
+    path = gguf_of(llama_dir(tmp_path / "hf", seed=6, tok_dir=tok), tmp_path / "m.gguf")
+    block = tmp_path / "block"
+    block.mkdir()
+    (block / "sitecustomize.py").write_text(
+        "import importlib.util as u\n_f = u.find_spec\n"
+        "u.find_spec = lambda name, *a, **k: None if name == 'llama_cpp' else _f(name, *a, **k)\n")
+    env = {**os.environ, "PYTHONPATH": str(block)}
+    out = _cli("generate", "--target", str(path), "--prompt-lookup", "--max-new-tokens", "4", "def add", env=env)
+    assert out.returncode == 0, out.stderr
+    assert "note: llama-cpp-python is not installed: m.gguf runs dequantized on transformers" in out.stderr
