@@ -5,6 +5,9 @@ The useless draft is the shipped draft's architecture with random weights (seede
 by `exactspec.bench.bench.run_bench` (medians over repeats); the report goes to --out as bench.json / bench.md.
 
     python benchmarks/bench_never_loses.py --prompts benchmarks/prompts/unseen_code.json [--temperature 1]
+    python benchmarks/bench_never_loses.py --backend llamacpp   # the f16 GGUF pair; the useless draft as GGUF too
+
+On llama.cpp the baseline is our target-alone loop on the same backend (there is no `generate`).
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default="bench-never-loses")
+    ap.add_argument("--backend", choices=("transformers", "llamacpp"), default="transformers")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     from transformers import AutoModelForCausalLM
@@ -37,6 +41,21 @@ def main() -> None:
     target, draft, tok = load_demo_pair()
     torch.manual_seed(0)
     useless = AutoModelForCausalLM.from_config(draft.config).eval()  # same shape and cost, random weights
+    if args.backend == "llamacpp":
+        import tempfile
+
+        from exactspec.backends.llamacpp import LlamaCppLM
+        from exactspec.pairs.gguf import convert_to_gguf
+        from exactspec.pairs.load import load_pair
+        from exactspec.pairs.stdlib import PAIR_DIR
+
+        target, _, tok = load_pair("stdlib", backend="llamacpp", threads=args.threads)
+        where = tempfile.mkdtemp()
+        useless.half().save_pretrained(where)
+        tok.save_pretrained(where)
+        convert_to_gguf(where, f"{where}/useless.gguf", "f16")
+        useless = LlamaCppLM(f"{where}/useless.gguf", threads=args.threads,
+                             generation_config=draft.generation_config)
     cfg = BenchConfig(prompts=load_prompts(args.prompts)[: args.num_prompts], max_new_tokens=args.max_new_tokens,
                       temperature=args.temperature, repeats=args.repeats,
                       systems=["exactspec loop", "token (γ=auto)", "prompt lookup (γ=auto)"])
