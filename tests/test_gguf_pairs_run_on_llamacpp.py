@@ -123,3 +123,13 @@ def test_a_gguf_target_falls_back_to_transformers_in_one_line_without_llama_cpp_
     out = _cli("generate", "--target", str(path), "--prompt-lookup", "--max-new-tokens", "4", "def add", env=env)
     assert out.returncode == 0, out.stderr
     assert "note: llama-cpp-python is not installed: m.gguf runs dequantized on transformers" in out.stderr
+
+
+def test_a_seed_reproduces_on_llamacpp_in_separate_processes():
+    """The seed promise (docs/generation.md, "Seeds") on the llama.cpp backend: gamma="auto" prices with the
+    stored cost profile of these GGUF files, so two processes draw the same tokens."""
+    args = ("generate", "--backend", "llamacpp", "--threads", "1", "--seed", "3", "--temperature", "1",
+            "--max-new-tokens", "24", "--json", "def add(a, b):")
+    first, second = _cli(*args), _cli(*args)
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    assert json.loads(first.stdout)["token_ids"] == json.loads(second.stdout)["token_ids"]

@@ -145,3 +145,18 @@ def test_a_lookup_run_times_its_plain_steps_apart_and_is_re_priced_for_the_next_
     assert cal.metadata["calibrated_from"]["plain_steps"] == st.plain_steps
     assert cal._t_overhead_plain is not None  # priced apart: at what they cost, never below the table's
     assert cal.step_time(0) == pytest.approx(max(0.010, st.plain_step_time / st.plain_steps))
+
+
+def test_a_run_with_too_few_plain_steps_keeps_the_plain_price_measured_before():
+    """An unknown plain overhead is the speculative one (dearer than a plain step runs); what an earlier run
+    measured of plain steps must survive a run that made too few to price (gamma="auto" re-prices per run)."""
+    from exactspec import CostModel
+
+    earlier = CostModel(0.001, {1: 0.002, 2: 0.003}, t_overhead=0.0015, t_overhead_plain=0.0002)
+    fresh = CostModel(0.001, {1: 0.002, 2: 0.003}, t_overhead=0.0018)
+    assert fresh.t_overhead_plain == 0.0018  # unknown: priced as a speculative step's
+    kept = fresh.keeping_plain_price(earlier)
+    assert kept.t_overhead_plain == 0.0002 and kept.t_overhead == 0.0018 and kept.step_time(0) == 0.0022
+    measured = CostModel(0.001, {1: 0.002, 2: 0.003}, t_overhead=0.0018, t_overhead_plain=0.0004)
+    assert measured.keeping_plain_price(earlier).t_overhead_plain == 0.0004  # its own measurement wins
+    assert fresh.keeping_plain_price(None) is fresh

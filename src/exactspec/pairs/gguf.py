@@ -216,10 +216,11 @@ def stdlib_gguf(outtype: str = "f16") -> tuple[Path, Path]:
     if outtype not in ("f16", "f32"):
         raise ValueError(f"outtype must be 'f16' or 'f32', got {outtype!r}")
     pair = Path(__file__).resolve().parent / "demo_pair"
+    from exactspec.backends.cachecheck import file_sha256
+
     digest = hashlib.sha256()
-    for part in ("target", "draft"):  # the name follows the weights: a retrained pair converts anew
-        st = (pair / part / "model.safetensors").stat()
-        digest.update(f"{part}:{st.st_size}:{st.st_mtime_ns}".encode())
+    for part in ("target", "draft"):  # the name follows the weights' bytes (not a clone's file times): a
+        digest.update(file_sha256(pair / part / "model.safetensors").encode())  # retrained pair converts anew
     out = cache_root() / f"gguf-stdlib-{digest.hexdigest()[:12]}-{outtype}"
     files = (out / "target.gguf", out / "draft.gguf")
     if out.exists():
