@@ -133,3 +133,15 @@ def test_a_seed_reproduces_on_llamacpp_in_separate_processes():
     first, second = _cli(*args), _cli(*args)
     assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
     assert json.loads(first.stdout)["token_ids"] == json.loads(second.stdout)["token_ids"]
+
+
+def test_plan_takes_backend_llamacpp(tmp_path):
+    """plan measures acceptance (the target writes, one teacher-forced pass of each model) and costs through
+    llama.cpp's sessions."""
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("def add(a, b):\n\nclass Point:\n    def __init__(self, x, y):\n")
+    out = _cli("plan", "--backend", "llamacpp", "--threads", "1", "--pair", "stdlib", "--prompts", str(prompts),
+               "--max-new-tokens", "16", "--json")
+    assert out.returncode == 0, out.stderr
+    plan = json.loads(out.stdout)
+    assert plan["measured"]["tokens_written"] > 0
