@@ -11,7 +11,9 @@ stage of the data path (docs/ARCHITECTURE.md is the map); every public name is a
   multi_draft_acceptance, CostModel, GenerationStats
 - engine/ (the loop): SpeculativeGenerator, GenerationOutput, StreamStep, GenerationStream,
   DraftModelDrafter, PromptLookupDrafter
-- pairs/ (shipped models): load_pair ("stdlib" = the demo pair, "smollm2"), load_demo_pair, draft_in_dtype
+- pairs/ (shipped models): load_pair ("stdlib" = the demo pair, "smollm2"; backend="llamacpp"), load_demo_pair,
+  draft_in_dtype
+- backends/ (how a model runs): LlamaCppLM, a GGUF file on llama.cpp (pip install 'exactspec[llamacpp]')
 """
 from __future__ import annotations
 
@@ -55,6 +57,7 @@ _EXPORTS = {
     "load_demo_pair": "pairs.stdlib",
     "load_pair": "pairs.load",
     "draft_in_dtype": "pairs.load",
+    "LlamaCppLM": "backends.llamacpp",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
