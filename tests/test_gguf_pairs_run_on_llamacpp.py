@@ -145,3 +145,24 @@ def test_plan_takes_backend_llamacpp(tmp_path):
     assert out.returncode == 0, out.stderr
     plan = json.loads(out.stdout)
     assert plan["measured"]["tokens_written"] > 0
+
+
+def test_the_bench_reports_where_greedy_output_first_differs_and_the_logit_gap_there():
+    """Where ggml rounds a k-token batch otherwise than a one-token call, a greedy near-tie can flip: the bench
+    says where the first divergence is and the target's logit gap between the two tokens there."""
+    from exactspec.bench.bench import first_divergence
+
+    target, _, tok = load_pair("stdlib", backend="llamacpp", threads=1)
+    ids = tok("def add(a, b):", return_tensors="pt").input_ids
+    mask = torch.ones_like(ids)
+    reference = target_alone_loop(target, ids, mask, max_new_tokens=8, temperature=0, seed=0)
+    assert first_divergence(target, ids, mask, reference.clone(), reference) is None
+    new = reference.clone()
+    new[0, 5] = (int(reference[0, 5]) + 1) % target.vocab_size  # a system that took another token at position 5
+    found = first_divergence(target, ids, mask, new, reference, prompt=3)
+    assert (found["prompt"], found["position"], found["reference_token"]) == (3, 5, int(reference[0, 5]))
+    with torch.inference_mode():
+        prefix = torch.cat([ids[0], reference[0, :5]])[None]
+        logits = open_session(target, 1, target=True).forward(prefix, torch.ones_like(prefix, dtype=torch.bool))[0, -1]
+    want = float(logits[int(reference[0, 5])] - logits[int(new[0, 5])])
+    assert found["logit_gap"] == pytest.approx(want, abs=1e-3) and found["logit_gap"] > 0  # greedy took the max

@@ -192,7 +192,7 @@ def run_bench(target, draft, tokenizer, cfg: BenchConfig, progress=None, events=
     """
     run = types.SimpleNamespace(cfg=cfg, draft=draft, cost_model=None, systems={}, results={}, passes=[],
                                 completed=0, done=0, total=None, batches=None, equal=None, compared={},
-                                at_call=None, at_batch=None)
+                                at_call=None, at_batch=None, gaps={})
     try:
         return _run_bench(target, draft, tokenizer, cfg, progress, events or (lambda info: None), run)
     except KeyboardInterrupt as exc:
@@ -266,6 +266,8 @@ def _run_bench(target, draft, tokenizer, cfg: BenchConfig, progress, events, run
                     if name == LOOP:
                         cut_from = new
                     ok, n_cmp = greedy_prefix_equal(new, reference, eos, cut_from)
+                    if not ok and name not in run.gaps:  # where it first differs, and by how much p did
+                        run.gaps[name] = first_divergence(target, ids, mask, new, reference, prompt=b * cfg.batch_size)
                     equal[name] &= ok
                     compared[name] += n_cmp
                 totals[name][0] += seconds if own else time.perf_counter() - t0
@@ -286,13 +288,40 @@ def _run_bench(target, draft, tokenizer, cfg: BenchConfig, progress, events, run
             results[name].times.append(t)
             results[name].tokens.append(n)
         run.completed = r + 1
-    return finish_report(results, systems, passes, cfg, cost_model, draft, equal, compared)
+    report = finish_report(results, systems, passes, cfg, cost_model, draft, equal, compared)
+    for row in report["rows"]:
+        row["greedy_first_divergence"] = run.gaps.get(row["system"])
+    return report
 
 
 def eos_ids(target, tokenizer) -> set:
     """Every end-of-sequence id of the pair: the target's generation config's and the tokenizer's."""
     eos = target.generation_config.eos_token_id
     return set([eos] if isinstance(eos, int) else eos or []) | ({tokenizer.eos_token_id} - {None})
+
+
+def first_divergence(target, ids: torch.Tensor, mask: torch.Tensor, new: torch.Tensor, reference: torch.Tensor,
+                     prompt: int = 0) -> dict | None:
+    """Where greedy output `new [B, N]` first differs from `reference [B, N]` (the row, the position) and the
+    target's logit gap there: its logit of the reference token minus that of the system's token, from one
+    forward over the prompt and the reference's tokens before that position (a near-tie is a small gap: a
+    batched verification pass rounding otherwise than a one-token call can flip it). `prompt`: the index of
+    row 0's prompt in the bench's list."""
+    from exactspec.backends.seam import open_session
+
+    if new.shape != reference.shape:
+        return None
+    diff = (new != reference).nonzero()
+    if not diff.numel():
+        return None
+    b, j = (int(x) for x in diff[0])
+    ref_tok, own = int(reference[b, j]), int(new[b, j])
+    prefix = torch.cat([ids[b][mask[b].bool()], reference[b, :j]])[None]  # [1, P + j]
+    with torch.inference_mode():
+        logits = open_session(target, 1, target=True).forward(prefix, torch.ones_like(prefix, dtype=torch.bool),
+                                                              logits_to_keep=1)[0, -1].float()
+    gap = float(logits[ref_tok] - logits[own]) if 0 <= own < logits.shape[0] else None
+    return {"prompt": prompt + b, "position": j, "reference_token": ref_tok, "system_token": own, "logit_gap": gap}
 
 
 def greedy_prefix_equal(new: torch.Tensor, reference: torch.Tensor, eos: set,

@@ -69,10 +69,14 @@ def bench_markdown(report: dict) -> str:
         n_cmp = min(r["greedy_tokens_compared"] for r in checked)
         ref = "target-alone `generate`" if report.get("baseline", "target (HF generate)") == "target (HF generate)" \
             else "our target-alone loop on the same backend"
+        gaps = [(r["system"], r["greedy_first_divergence"]) for r in checked if r.get("greedy_first_divergence")]
+        gap_note = "".join(f" {name} first differs at prompt {g['prompt'] + 1}, new token {g['position'] + 1}, "
+                           f"where the target's logits of the two tokens are {g['logit_gap']:.2g} apart."
+                           for name, g in gaps if g.get("logit_gap") is not None)
         lines += ["", f"Greedy output equal to {ref}, token for token on every prompt (last "
                   f"repeat, each row up to its first EOS: {n_cmp} tokens per system): " + ("every system." if not differ else "every system but " + ", ".join(differ) +
                                  " (fp32 near-ties between a batched verification pass and one-token decoding "
-                                 "can flip an argmax; see the JSON).")]
+                                 "can flip an argmax; see the JSON)." + gap_note)]
     for note in report.get("notes", []):
         lines += ["", f"Note: {note}."]
     errors = report.get("prediction_errors") or {}
