@@ -54,7 +54,7 @@ PEER_KINDS = {"llamacpp-plain": "llama-completion", "llamacpp-spec-simple": "lla
               "llamacpp-spec": "llama-speculative"}
 _SHORT = {"plain": "llamacpp-plain", "spec-simple": "llamacpp-spec-simple", "spec": "llamacpp-spec"}
 NAMES = {"llamacpp-plain": "llama.cpp plain (its own binary)", "llamacpp-spec-simple": "llama.cpp speculative-simple",
-         "llamacpp-spec": "llama.cpp speculative (multi-draft)"}
+         "llamacpp-spec": "llama.cpp speculative (p/q, one draft)"}
 
 
 class PeerError(ValueError):
