@@ -192,18 +192,24 @@ def ctypes_string(fn, model, size: int = 256) -> str:
 class LlamaCppSession:
     """One run's rows on a llama.cpp context: the session protocol of :mod:`exactspec.backends.seam`.
 
-    Row b is sequence ``seq[b]``. `mask [B, L]` records which of the recent slots each row really fed
-    (as :class:`~exactspec.backends.cache.SlotCache` does), so a rollback over the last S slots reads as
+    Row b is sequence ``seq[b]``. A ring of the recent slots records which ones each row really fed (as
+    :class:`~exactspec.backends.cache.SlotCache`'s mask does), so a rollback over the last S slots reads as
     "row b keeps its first c_b tokens of those slots": a kept token after a dropped one (a hole) is refused.
+    Every call costs one ``llama_decode`` plus a few small numpy operations: beside a 2 ms forward, each
+    0.1 ms of Python here is 5% of a step, so the common shapes (every slot real) take no gathers.
     """
 
     device = torch.device("cpu")
+    _RING = 1024  # slots of history kept; a rollback reaches back a few steps only
 
     def __init__(self, model: LlamaCppLM, ctx, rows: int):
         self.model, self._ctx, self._ended = model, ctx, False
+        self._vocab = model.vocab_size
         self.seq = np.arange(rows, dtype=np.int32)
         self.n = np.zeros(rows, dtype=np.int64)  # tokens cached per row
-        self.mask = np.zeros((rows, 0), dtype=bool)
+        self._ring = np.zeros((rows, self._RING), dtype=bool)  # [B, RING]: which recent slots were real
+        self._w = 0  # slots of the ring in use
+        self._shapes: dict = {}  # (S, keep) -> the batch's constant arrays when every slot is real
 
     @property
     def n_real(self) -> torch.Tensor:
@@ -214,52 +220,73 @@ class LlamaCppSession:
             raise RuntimeError("this llama.cpp session ended: another run opened a session on the same model "
                                "(one run at a time per LlamaCppLM)")
 
+    def _record(self, ok) -> None:
+        """Append `ok` ([B, S] bool, or True for all real) to the ring of recent slots."""
+        s = ok.shape[1] if isinstance(ok, np.ndarray) else ok
+        if self._w + s > self._RING:  # keep the newest half (or what this call leaves room for)
+            keep = max(0, min(self._w, self._RING // 2, self._RING - s))
+            self._ring[:, :keep] = self._ring[:, self._w - keep:self._w]
+            self._w = keep
+            if s > self._RING:  # a long prefill: only its last slots can ever be rolled back
+                ok = ok[:, -self._RING:] if isinstance(ok, np.ndarray) else self._RING
+                s = self._RING
+        self._ring[:, self._w:self._w + s] = True if not isinstance(ok, np.ndarray) else ok
+        self._w += s
+
+    def _dense(self, b: int, s: int, keep: int):
+        """`(arange(S) [S], seq [B*S], flags [B*S])` of a batch whose every slot is real (cached per shape)."""
+        key = (b, s, keep)
+        hit = self._shapes.get(key)
+        if hit is None:
+            flags = np.zeros((b, s), dtype=np.int8)
+            flags[:, s - keep:] = 1
+            hit = self._shapes[key] = (np.arange(s), np.repeat(self.seq, s), flags.ravel())
+        return hit
+
     def forward(self, tokens: torch.Tensor, valid: torch.Tensor, logits_to_keep: int = 0) -> torch.Tensor:
         """Append `tokens [B, S]` (`valid [B, S]` marks real ones) in one decode; `[B, S, V]` logits
         (`[B, logits_to_keep, V]` for the last slots), zeros at invalid slots."""
         self._live()
         b, s = tokens.shape
         keep = s if not logits_to_keep else min(int(logits_to_keep), s)
-        tok = tokens.numpy(force=True).astype(np.int32, copy=True)  # [B, S]
-        tok[(tok < 0) | (tok >= self.model.vocab_size)] = 0  # as SlotCache: ids it cannot take feed 0
+        tok = tokens.numpy(force=True).astype(np.int32).ravel()  # [B*S], a copy
+        bad = tok.view(np.uint32) >= self._vocab  # (negative ids too)
+        if bad.any():
+            tok[bad] = 0  # as SlotCache: ids it cannot take feed 0
         if bool(valid.all()):  # the common case (every draft step, most verifications): no gather needed
-            ok = np.ones((b, s), dtype=bool)
-            counts = np.full(b, s, dtype=np.int64)
-            pos = (self.n[:, None] + np.arange(s)).astype(np.int32).ravel()
-            seq = np.repeat(self.seq, s)
-            flags = np.zeros((b, s), dtype=np.int8)
-            flags[:, s - keep:] = 1
-            tok, flags = tok.ravel(), flags.ravel()
+            ar, seq, flags = self._dense(b, s, keep)
+            counts, ok = s, None
+            pos = (self.n[:, None] + ar).astype(np.int32).ravel()
         else:
-            ok = valid.numpy(force=True).astype(bool, copy=False)
+            ok = valid.numpy(force=True).astype(bool)
             counts = ok.sum(1)
             rows, cols = np.nonzero(ok)  # row-major: each row's tokens in order
             pos = (self.n[rows] + np.cumsum(ok, 1)[rows, cols] - 1).astype(np.int32)
             seq = self.seq[rows]
-            tok = tok[rows, cols]
+            tok = tok.reshape(b, s)[rows, cols]
             flags = (cols >= s - keep).astype(np.int8)
-        if int((self.n + counts).max(initial=0)) > self.model.n_ctx:
+        n = self.n + counts
+        if int(n.max(initial=0)) > self.model.n_ctx:
             raise ValueError(f"a row would exceed the llama.cpp context of {self.model.n_ctx} tokens "
                              "(LlamaCppLM(n_ctx=...))")
         raw = self._ctx.decode(tok, pos, seq, flags)  # [flagged, V], in batch order
-        self.n = self.n + counts
-        self.mask = np.concatenate([self.mask[:, -256:], ok], 1)  # rollbacks reach back a few steps only
-        out_ok = ok[:, s - keep:]
+        self.n = n
+        self._record(s if ok is None else ok)
         if raw.shape[0] == b * keep:  # every kept slot real: the rows are the logits, in order
             return torch.from_numpy(raw).view(b, keep, -1)
         out = np.zeros((b, keep, raw.shape[1]), np.float32)
-        out[out_ok] = raw
+        out[ok[:, s - keep:]] = raw
         return torch.from_numpy(out)
 
     def rollback(self, keep: torch.Tensor) -> None:
         """Keep only the slots flagged in `keep [B, S]` among the last S slots (each row a prefix of its
         real tokens there); the other tokens leave the KV cache."""
         self._live()
-        k = keep.numpy(force=True).astype(bool, copy=False)
+        k = keep.numpy(force=True).astype(bool)
         s = k.shape[1]
-        if s > self.mask.shape[1]:
-            raise ValueError(f"rollback over {s} slots, but the session remembers {self.mask.shape[1]}")
-        real = self.mask[:, self.mask.shape[1] - s:]
+        if s > self._w:
+            raise ValueError(f"rollback over {s} slots, but the session remembers {self._w}")
+        real = self._ring[:, self._w - s:self._w]  # [B, S], a view
         tail = real & k
         kept = tail.sum(1)
         if not np.array_equal(tail, real & (np.cumsum(real, 1) <= kept[:, None])):
@@ -270,7 +297,7 @@ class LlamaCppSession:
             self.n = self.n - drop
             for b in np.flatnonzero(drop):
                 self._ctx.remove(self.seq[b], self.n[b])
-        self.mask[:, self.mask.shape[1] - s:] = tail
+        real[:] = tail
 
     def select_rows(self, rows: torch.Tensor) -> None:
         """Keep batch rows `rows [B']`; the others' sequences are emptied."""
@@ -278,4 +305,5 @@ class LlamaCppSession:
         idx = rows.detach().cpu().numpy().astype(np.int64)
         for b in sorted(set(range(len(self.seq))) - set(idx.tolist())):
             self._ctx.remove(self.seq[b], 0)
-        self.seq, self.n, self.mask = self.seq[idx], self.n[idx], self.mask[idx]
+        self.seq, self.n, self._ring = self.seq[idx], self.n[idx], self._ring[idx]
+        self._shapes = {}

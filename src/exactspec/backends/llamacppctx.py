@@ -89,19 +89,21 @@ class Context:
             return np.empty((0, self.vocab), np.float32)
         if int(seq.min()) < 0 or int(seq.max()) >= self.n_seq:
             raise ValueError(f"sequence ids must lie in [0, {self.n_seq})")
+        L = llama()
         for a in range(0, n, nb):
             z = min(n, a + nb) - a
             self._tok[:z], self._pos[:z], self._seq[:z], self._flag[:z] = (
                 tokens[a:a + z], pos[a:a + z], seq[a:a + z], flags[a:a + z])
             self._batch.n_tokens = z
-            rc = llama().llama_decode(self._ctx, self._batch)
+            rc = L.llama_decode(self._ctx, self._batch)
             if rc != 0:
                 raise RuntimeError(f"llama_decode returned {rc} (1: no KV cell left for the batch; "
                                    "a larger n_ctx= helps)")
             k = int(np.count_nonzero(flags[a:a + z]))
-            if k:
-                ptr = llama().llama_get_logits(self._ctx)
-                out.append(np.ctypeslib.as_array(ptr, shape=(k, self.vocab)).copy())
+            if k:  # one memmove of [k, V] float32 out of llama.cpp's buffer (valid until the next decode)
+                rows = np.empty((k, self.vocab), np.float32)
+                ctypes.memmove(rows.ctypes.data, L.llama_get_logits(self._ctx), rows.nbytes)
+                out.append(rows)
         if len(out) == 1:
             return out[0]
         return np.concatenate(out) if out else np.empty((0, self.vocab), np.float32)

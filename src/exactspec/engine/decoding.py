@@ -30,9 +30,9 @@ from exactspec.engine.drafters import Draft, DraftModelDrafter, PromptLookupDraf
 from exactspec.engine.hfconfig import Prefixes, SamplingSpec
 from exactspec.engine.policy import AdaptivePolicy, DraftingState, FixedPolicy
 from exactspec.engine.output import GenerationOutput, GenerationStream, StreamStep
-from exactspec.engine.plainstep import plain_step
+from exactspec.engine.plainstep import PLAIN_RUN, plain_step
 from exactspec.speed.stats import GenerationStats
-from exactspec.verification.rules import verify
+from exactspec.verification.rules import greedy_verdict, verify
 from exactspec.engine.runargs import _check_causal_lm, run_args
 from exactspec.engine.steps import cut_at_eos, prefill, write_emitted
 from exactspec.engine.treepolicy import auto_runs_tree, learn_from_chain
@@ -286,7 +286,7 @@ class SpeculativeGenerator:
         # A per-run copy: drafters keep per-run state, and two streams of one generator may interleave.
         drafter = copy.copy(self.drafter)
         if max_new > 0:
-            target, pending = prefill(self.target, drafter, ids, mask)
+            target, pending = prefill(self.target, drafter, ids, mask, lazy=True)
             stats.prefill_time = time.perf_counter() - t_start
         while active.numel():
             whole = active.numel() == b  # every row still running (steps priced per drafted length: see stats)
@@ -297,10 +297,20 @@ class SpeculativeGenerator:
             stats.record_draft(draft)
             _sync(device)
             t1 = time.perf_counter()
+            if draft.prefill_time:  # the draft's deferred prompt (prefill(lazy=True)): prefill, not drafting
+                stats.prefill_time += draft.prefill_time
+                t0 += draft.prefill_time
             big_k = draft.tokens.shape[1]
-            if big_k == 0:  # a plain step: no draft to verify, so the lean path (exactspec.engine.plainstep)
-                nxt, done, step = plain_step(target, spec, pending, Prefixes(ids, mask, out, n_gen, active),
-                                             eos, max_new, stats)
+            if big_k == 0:  # a plain step: no draft to verify, so the lean path (exactspec.engine.plainstep),
+                # a streak of them when the policy has committed to one (the same tokens, counted per step)
+                streak = 1 if draft.calls else min(policy.plain_streak(), PLAIN_RUN)
+                made, done, step = plain_step(target, spec, pending, Prefixes(ids, mask, out, n_gen, active),
+                                              eos, max_new, stats, streak)
+                if made.shape[1] > 1:
+                    policy.skip_plain(made.shape[1] - 1)
+                    for _ in range(made.shape[1] - 1):
+                        stats.record_draft(draft)
+                nxt = made[:, -1]
                 n = torch.zeros_like(nxt)
                 _sync(device)
                 t_plain = time.perf_counter() - t1
@@ -318,8 +328,10 @@ class SpeculativeGenerator:
                 # greedy: scores whose argmax is generate()'s choice, the logits themselves if no processor)
                 law = spec.target_law(logits, draft.tokens, draft.lengths, Prefixes(ids, mask, out, n_gen, active))
                 if spec.greedy:  # on one-hot targets every rule is the greedy rule, which never reads q;
-                    # it reads only the argmax, so the scores serve as they are (same lowest-id tie rule)
-                    verdict = verify(law, None, draft.tokens, method="greedy", draft_lengths=draft.lengths)
+                    # it reads only the argmax, so the scores serve as they are (same lowest-id tie rule);
+                    # the formula itself: the engine built these shapes, verify() would re-check them
+                    valid = torch.arange(big_k, device=device)[None, :] < draft.lengths[:, None]  # [B, K]
+                    verdict = greedy_verdict(law, draft.tokens, valid)
                 else:
                     q = draft.probs if draft.probs is not None else \
                         F.one_hot(draft.tokens, spec.vocab_size).float()  # [B, K, V]
@@ -357,7 +369,11 @@ class SpeculativeGenerator:
             if keep.any():
                 if big_k:  # (a plain step fed the pending token only, and keeps it)
                     target.rollback(pos <= n[:, None])  # pending + accepted drafts; the bonus is pending now
-                drafter.update(n, nxt, draft)
+                if big_k == 0:  # each token of a plain streak is its own step for the drafter
+                    for j in range(made.shape[1]):
+                        drafter.update(n, made[:, j], draft)
+                else:
+                    drafter.update(n, nxt, draft)
                 pending = nxt
                 if not bool(keep.all()):
                     rows_kept = keep.nonzero().squeeze(1)

@@ -36,7 +36,8 @@ class Draft:
     probability at each position (None for a model-free drafter), `calls` draft-model forward passes and
     `first_call_time` the seconds of the first one's whole iteration (the cold call right after the target's
     forward, with its q, the policy's look and the draw: what each later call's share of the draft time
-    holds too, so that calibrate's split into t_draft and t_draft_cold prices every call alike)."""
+    holds too, so that calibrate's split into t_draft and t_draft_cold prices every call alike);
+    `prefill_time` the seconds of a deferred prompt prefill inside this proposal (not drafting time)."""
 
     tokens: torch.Tensor
     probs: torch.Tensor | None
@@ -44,6 +45,7 @@ class Draft:
     confidence: torch.Tensor | None = None
     calls: int = 0
     first_call_time: float = 0.0
+    prefill_time: float = 0.0  # seconds this proposal spent feeding the prompt first (a lazy prefill)
 
     @classmethod
     def empty(cls, rows: int, device) -> "Draft":
@@ -73,24 +75,41 @@ class DraftModelDrafter:
     for every row.
     """
 
+    _unfed = None  # the prompt (ids, mask) not fed yet: start(lazy=True) defers it to the first draft call
+
     def __init__(self, model):
         self.model = model
         # Cumulative counters of the tree drafter (exactspec.engine.treedraft); a chain proposal reports its own
         # in the Draft it returns.
         self.forward_calls, self.first_call_time = 0, 0.0
 
-    def start(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
-        """Prefill on the prompt `[B, P]` minus its last token (which becomes pending)."""
+    def start(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, lazy: bool = False) -> None:
+        """Prefill on the prompt `[B, P]` minus its last token (which becomes pending). `lazy`: feed it at
+        the first proposal instead (:meth:`feed_prompt`), in the same one call: a run that never drafts
+        (``gamma="auto"`` with a draft that does not help) then never pays for the draft's prefill."""
         # a draft's forward need not be transformers' own (exactspec.backends.leanforward), nor torch's
         self.state = open_session(self.model, input_ids.shape[0], target=False)
-        if input_ids.shape[1] > 1:
-            self.state.forward(input_ids[:, :-1], attention_mask[:, :-1].bool(), logits_to_keep=1)
+        self._unfed = (input_ids[:, :-1], attention_mask[:, :-1].bool()) if input_ids.shape[1] > 1 else None
+        if not lazy:
+            self.feed_prompt()
         self.pending = input_ids[:, -1:].to(self.state.device)  # [B, W]
         self.pending_valid = torch.ones_like(self.pending, dtype=torch.bool)
+
+    def feed_prompt(self) -> float:
+        """Feed the prompt if :meth:`start` deferred it; returns the seconds that took (0.0 if nothing was due)."""
+        if self._unfed is None:
+            return 0.0
+        t0 = time.perf_counter()
+        ids, mask = self._unfed
+        self._unfed = None
+        self.state.forward(ids, mask, logits_to_keep=1)
+        sync(ids.device)
+        return time.perf_counter() - t0
 
     def propose(self, caps: torch.Tensor, spec: SamplingSpec, policy=None) -> Draft:
         """Up to `caps [B]` tokens per row; `policy.include` may stop the step before any position."""
         b = caps.shape[0]
+        fed = self.feed_prompt()  # (a lazy start's prompt, before this step's clock: prefill, not drafting)
         calls = 0  # draft-model forwards this step (the Draft carries them to update)
         big_k = int(caps.max()) if b else 0
         tokens, probs, confs = [], [], []
@@ -129,7 +148,7 @@ class DraftModelDrafter:
         n = len(tokens)
         tok = torch.stack(tokens, 1) if n else torch.zeros(b, 0, dtype=torch.long, device=caps.device)
         return Draft(tok, torch.stack(probs, 1) if probs else None, lengths,
-                     torch.stack(confs, 1) if confs else None, calls, first)
+                     torch.stack(confs, 1) if confs else None, calls, first, fed)
 
     # What a draft call feeds and reads; a feature drafter (exactspec.pairs.featuredraft) feeds pairs instead.
     def _first_input(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -166,6 +185,8 @@ class DraftModelDrafter:
     def select_rows(self, rows: torch.Tensor) -> None:
         self.state.select_rows(rows)
         rows = rows.to(self.pending.device)
+        if self._unfed is not None:
+            self._unfed = (self._unfed[0][rows], self._unfed[1][rows])
         self.pending, self.pending_valid = left_pack(self.pending[rows], self.pending_valid[rows])
 
 

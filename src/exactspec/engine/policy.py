@@ -69,6 +69,12 @@ class FixedPolicy:
     def observe(self, draft, accepted: torch.Tensor) -> None:
         pass
 
+    def plain_streak(self) -> int:
+        return 1  # a fixed length is plain only when no tokens are left to draft
+
+    def skip_plain(self, m: int) -> None:
+        pass
+
 
 def _floats(x) -> list:
     return x.tolist() if isinstance(x, torch.Tensor) else list(x)
@@ -204,7 +210,7 @@ class AdaptivePolicy:
     wants_confidence = True
 
     def __init__(self, cost_model, max_gamma: int, state: DraftingState | None = None, *,
-                 free_draft: bool = False, first_gap: int = 4, max_probe_gap: int = 64, optimism: float = 1.0,
+                 free_draft: bool = False, first_gap: int = 4, max_probe_gap: int = 256, optimism: float = 1.0,
                  row_stops: bool = False, weigh_left: bool = True):
         self.max_gamma, self.free_draft, self.row_stops, self.weigh_left = max_gamma, free_draft, row_stops, weigh_left
         self._w: list | None = None  # per row: its weight in the batch's decision (sums to 1)
@@ -213,6 +219,9 @@ class AdaptivePolicy:
         self.model = self.state.model
         self._first_gap, self.max_probe_gap = first_gap, max_probe_gap
         self.probing = False
+        self._planned: tuple | None = None  # what _plan() worked out, until the acceptance model changes
+        self._plain = False  # the last next_lengths decided a plain step
+        self._planned_for = None  # the acceptance model _planned was worked out from
         self.early_stops = 0  # row-steps whose drafting the policy stopped before their cap
         self._p: list | None = None  # per row: P(all positions so far accepted); None before a step drafts
         self._alive: list | None = None  # per row: still drafting this step
@@ -247,18 +256,30 @@ class AdaptivePolicy:
         return best, rate
 
     # ------------------------------------------------------------------------------ protocol
+    def _plan(self) -> tuple:
+        """`(k, rate, alpha, hope, hopeful)` from the acceptance model as it stands: the best fixed length
+        and its rate, the first position's rate, the continuation's optimistic rate, and whether a length
+        would pay at optimistic rates. Kept until the model changes (include / observe): a run of plain
+        steps, where nothing is verified, asks it once, not once per step."""
+        if self._planned is None or self._planned_for is not self.model:  # (a model swapped in counts as new)
+            self._planned_for = self.model
+            alpha, later = self.model.mean(), self.model.continuation()
+            k, rate = self.best_length(alpha, later)
+            if k and self.state.seconds > 0:  # adapting beats the best fixed length: hold drafting to its rate
+                rate = max(rate, self.state.tokens / self.state.seconds)
+            # Optimism under uncertainty (AcceptanceModel.uncertainty): the rate R a fresh step is worth stays
+            # the estimate's, but positions after an accepted one are valued at their optimistic rate, and a
+            # step is plain only if no length pays even at optimistic rates.
+            u_first, u_later = self.model.uncertainty(self.optimism)
+            hope = min(later + u_later, 1.0)
+            hopeful = k == 0 and self.best_length(min(alpha + u_first, 1.0), hope)[0] > 0
+            self._planned = (k, rate, alpha, hope, hopeful)
+        return self._planned
+
     def next_lengths(self, left: torch.Tensor) -> torch.Tensor:
-        alpha, later = self.model.mean(), self.model.continuation()
-        k, self._rate = self.best_length(alpha, later)
-        if k and self.state.seconds > 0:  # adapting beats the best fixed length: hold drafting to its rate
-            self._rate = max(self._rate, self.state.tokens / self.state.seconds)
+        k, self._rate, alpha, hope, hopeful = self._plan()
         self.probing, st = False, self.state
-        # Optimism under uncertainty (AcceptanceModel.uncertainty): the rate R a fresh step is worth stays the
-        # estimate's, but positions after an accepted one are valued at their optimistic rate, and a step is
-        # plain only if no length pays even at optimistic rates.
-        u_first, u_later = self.model.uncertainty(self.optimism)
-        hope = min(later + u_later, 1.0)
-        if k == 0 and self.best_length(min(alpha + u_first, 1.0), hope)[0] > 0:
+        if hopeful:
             self.probing, k = True, 1  # too little evidence yet to rule drafting out: a probe that leaves
             # the probing gap as it is
         elif k == 0:
@@ -272,11 +293,25 @@ class AdaptivePolicy:
         self._alpha, self._later, self._p = alpha, hope, None
         # A model drafter stops itself (include / more) below max_gamma; a model-free one (prompt lookup)
         # finds up to max_gamma tokens (1 for a probe) and trim() picks how many the step verifies.
+        self._plain = k == 0  # a plain step by decision (not only because no tokens are left)
         cap = (1 if self.probing else self.max_gamma) if k else 0
-        # A batch ends with its slowest row, so the rows with the most left weigh most in its decisions
-        w = (left.clamp(min=0) + 1).tolist() if self.weigh_left else [1] * len(left)
-        self._w = [x / sum(w) for x in w] if w else w
+        if cap:  # A batch ends with its slowest row, so the rows with the most left weigh most in its decisions
+            w = (left.clamp(min=0) + 1).tolist() if self.weigh_left else [1] * len(left)
+            self._w = [x / sum(w) for x in w] if w else w
         return left.clamp(min=0, max=cap)
+
+    def plain_streak(self) -> int:
+        """After :meth:`next_lengths` made this step plain by decision: how many steps from this one on are
+        plain for certain (1 otherwise). Plain steps verify nothing, so the acceptance model does not move
+        and only the probe counter decides: the steps until the next probe. The loop may run that many at
+        once and tell :meth:`skip_plain`, with the same outcome as asking next_lengths for each."""
+        if not self._plain:
+            return 1
+        return max(1, self.state.probe_gap - self.state.since_probe)
+
+    def skip_plain(self, m: int) -> None:
+        """`m` more plain steps ran after this one without asking :meth:`next_lengths` (within the streak)."""
+        self.state.since_probe += m
 
     def include(self, i: int, confidence: torch.Tensor, caps: torch.Tensor) -> torch.Tensor:
         """Which rows draft position i (1-based): `confidence [B]` = max_x q_i(x) per row, `caps [B]` this
@@ -293,6 +328,7 @@ class AdaptivePolicy:
         tokens for a row about to finish do not bring that end nearer."""
         conf = confidence.tolist()
         self.model.see(conf)
+        self._planned = None
         acc = self.model.predict(conf)
         if self._p is None:
             self._caps = caps.tolist()
@@ -388,6 +424,7 @@ class AdaptivePolicy:
         k = draft.tokens.shape[1]
         if k == 0:
             return
+        self._planned = None
         st = self.state  # priced from counts, never from clocks: seeded runs reproduce
         st.tokens = 0.98 * st.tokens + float(accepted.double().mean()) + 1.0
         st.seconds = 0.98 * st.seconds + self._step[k]

@@ -6,6 +6,7 @@ import torch
 
 from exactspec.backends.cache import sync as _sync
 from exactspec.backends.seam import open_session
+from exactspec.engine.drafters import DraftModelDrafter
 
 __all__ = ["cut_at_eos", "write_emitted", "prefill"]
 
@@ -31,15 +32,19 @@ def write_emitted(out, from_draft, n_gen, active, emitted, n, count) -> None:
     n_gen[active] += count
 
 
-def prefill(model, drafter, ids: torch.Tensor, mask: torch.Tensor):
+def prefill(model, drafter, ids: torch.Tensor, mask: torch.Tensor, lazy: bool = False):
     """Both caches take the prompt `[B, P]` minus its last token, which stays pending (the first
     verification feeds it, so every target call produces >= 1 token). Returns `(session, pending [B])`: the
-    target's session of :mod:`exactspec.backends.seam` (a SlotCache on transformers' ops for a torch model)."""
+    target's session of :mod:`exactspec.backends.seam` (a SlotCache on transformers' ops for a torch model).
+    `lazy`: a draft model's prompt waits for its first proposal (``DraftModelDrafter.start(lazy=True)``)."""
     target = open_session(model, ids.shape[0], target=True)
     if getattr(drafter, "wants_target_features", False):  # a feature draft reads the target's hidden states
         drafter.watch(target)
     if ids.shape[1] > 1:
         target.forward(ids[:, :-1], mask[:, :-1].bool(), logits_to_keep=1)
-    drafter.start(ids, mask)
+    if lazy and isinstance(drafter, DraftModelDrafter) and type(drafter).start is DraftModelDrafter.start:
+        drafter.start(ids, mask, lazy=True)
+    else:
+        drafter.start(ids, mask)
     _sync(ids.device)
     return target, ids[:, -1]

@@ -29,7 +29,7 @@ from exactspec.verification.sampling import _one_thread, sample_from_probs
 __all__ = [
     "Verdict", "verify", "verify_logits", "token_accept_prob", "token_keep_count", "residual",
     "residual_or_p", "residual_is_empty", "block_weights", "block_masses", "block_accept_probs",
-    "block_keep_count", "block_tau_probs", "METHODS",
+    "block_keep_count", "block_tau_probs", "greedy_verdict", "METHODS",
 ]
 
 
@@ -216,6 +216,27 @@ def _emit(tp, dp, pos, weight, use_q, generator, checks) -> torch.Tensor:
         return sample_from_probs(r, generator)
 
 
+def greedy_verdict(scores: torch.Tensor, tokens: torch.Tensor, valid: torch.Tensor, *,
+                   check: bool = True) -> "Verdict":
+    """The greedy rule: keep draft tokens while each equals the target's argmax; emit the argmax after them.
+
+    `scores [B, K+1, V]` (probabilities or logits: only the argmax is read, lowest id among ties),
+    `tokens [B, K]` int64 (any value where `valid [B, K]` is False), `valid` a prefix per row. `check`:
+    a NaN or inf among the maxima the rule reads is a ValueError. The engine's greedy steps call this
+    directly (a handful of tensor ops; ``verify``'s argument checks cost as much again after a forward
+    has evicted the caches), and ``verify(method="greedy")`` calls it after its own checks.
+    """
+    b, k = tokens.shape
+    vals, am = scores.max(-1)  # [B, K+1]; max returns the lowest index among ties
+    if check:
+        used = torch.cat([valid, valid.new_ones(b, 1)], 1)
+        if not bool((torch.isfinite(vals) | ~used).all()):
+            raise ValueError("target_probs: NaN or inf in a row the greedy rule reads")
+    match = (tokens == am[:, :k]) & valid
+    accepted = token_keep_count(match)
+    return Verdict(accepted, am.gather(1, accepted[:, None]).squeeze(1), match.float())
+
+
 @names_sampled_rows("target_probs/draft_probs")
 def verify(
     target_probs: torch.Tensor,  # [B, K+1, V]
@@ -267,14 +288,7 @@ def verify(
     ar = torch.arange(B, device=tp.device)
 
     if method == "greedy":
-        vals, am = tp.max(-1)  # [B, K+1]; max returns the lowest index among ties
-        if checks != "none":
-            used = torch.cat([valid, torch.ones(B, 1, dtype=torch.bool, device=tp.device)], 1)
-            if not bool((torch.isfinite(vals) | ~used).all()):
-                raise ValueError("target_probs: NaN or inf in a row the greedy rule reads")
-        match = (tok == am[:, :K]) & valid
-        accepted = match.long().cumprod(-1).sum(-1)
-        return Verdict(accepted, am[ar, accepted], match.float())
+        return greedy_verdict(tp, tok, valid, check=checks != "none")
 
     idx = tok[..., None]
     p_x = _to32(tp[:, :K].gather(-1, idx).squeeze(-1))  # [B, K]

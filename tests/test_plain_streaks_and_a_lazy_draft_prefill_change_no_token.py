@@ -1,0 +1,145 @@
+"""Two ways the loop saves time when gamma="auto" stops drafting change nothing a user gets: a plain streak
+(several plain steps handed over as one StreamStep, exactspec.engine.plainstep) emits the same tokens, drawn in
+the same order, counted per step, as one plain step at a time; and the draft's prompt, fed at its first
+proposal (DraftModelDrafter.start(lazy=True)), is never fed in a run that never drafts, and gives the same
+drafts as an eager prefill in a run that does."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from _spec_models import left_padded, noisy_copy, target_greedy, tiny_lm
+from exactspec import CostModel, SpeculativeGenerator
+from exactspec.engine import decoding, plainstep
+from exactspec.engine import steps as engine_steps
+from exactspec.engine.policy import AdaptivePolicy, DraftingState
+
+# Drafting never pays at these prices (a draft call as dear as a target call, a flat target): plain steps,
+# probes growing 4, 8, 16, ... steps apart
+DEAR = CostModel(t_draft=0.010, target_times={1: 0.010, 2: 0.020, 16: 0.160})
+PROMPTS = [[5, 9, 13, 5, 9], [7, 8, 11]]
+
+
+def _run(gen, sampled: bool, **extra):
+    kw = dict(max_new_tokens=40, eos_token_id=[], pad_token_id=0, gamma="auto")
+    kw.update(dict(do_sample=True, temperature=1.0, seed=11) if sampled else dict(do_sample=False))
+    kw.update(extra)
+    stream = gen.stream(*left_padded(PROMPTS), **kw)
+    steps = list(stream)
+    return stream.output, steps
+
+
+@pytest.mark.parametrize("sampled", [False, True])
+def test_a_plain_streak_emits_what_single_plain_steps_emit(monkeypatch, sampled):
+    target = tiny_lm("llama", seed=0)
+    useless = tiny_lm("llama", seed=99, init=1.0, layers=1)
+    out, steps = _run(SpeculativeGenerator(target, useless, cost_model=DEAR, calibrate=False), sampled)
+    monkeypatch.setattr(decoding, "PLAIN_RUN", 1)
+    one, one_steps = _run(SpeculativeGenerator(target, useless, cost_model=DEAR, calibrate=False), sampled)
+    assert torch.equal(out.sequences, one.sequences)
+    assert out.stats.gamma_history == one.stats.gamma_history  # every token of a streak is a step
+    assert out.stats.target_calls == one.stats.target_calls and out.stats.plain_steps == one.stats.plain_steps
+    assert out.stats.step_rows == one.stats.step_rows
+    widest = max(len(s.tokens[0]) for s in steps if s.gamma == 0)
+    assert 1 < widest <= plainstep.PLAIN_RUN and max(len(s.tokens[0]) for s in one_steps if s.gamma == 0) == 1
+    assert len(steps) < len(one_steps)
+    # the stream hands over exactly the output, streak or not
+    for got, ref in ((steps, out), (one_steps, one)):
+        rows = {0: [], 1: []}
+        for s in got:
+            for r, toks in zip(s.rows, s.tokens):
+                rows[r] += toks
+        assert [rows[0], rows[1]] == ref.sequences[:, -40:].tolist()
+    if not sampled:
+        assert out.sequences[:, -40:].tolist() == [target_greedy(target, p, 40) for p in PROMPTS]
+
+
+def test_a_streak_ends_where_a_row_finishes():
+    target = tiny_lm("llama", seed=0)
+    useless = tiny_lm("llama", seed=99, init=1.0, layers=1)
+    ids, mask = left_padded(PROMPTS)
+    free = SpeculativeGenerator(target, useless, cost_model=DEAR, calibrate=False).generate(
+        ids, mask, max_new_tokens=40, do_sample=False, eos_token_id=[], pad_token_id=0)
+    eos = free.sequences[0, -40 + 13].item()  # a token row 0 emits in the middle of a streak
+    stream = SpeculativeGenerator(target, useless, cost_model=DEAR, calibrate=False).stream(
+        ids, mask, max_new_tokens=40, do_sample=False, eos_token_id=[eos], pad_token_id=0)
+    seen = {0: [], 1: []}
+    for s in stream:
+        for r, toks, fin in zip(s.rows, s.tokens, s.finished):
+            assert eos not in toks[:-1]  # nothing after a row's EOS
+            seen[r] += toks
+    out = stream.output
+    first = free.sequences[0, -40:].tolist().index(eos)
+    assert seen[0] == free.sequences[0, -40:].tolist()[:first + 1]
+    assert out.sequences[0, ids.shape[1]:].tolist()[:first + 1] == seen[0]
+    assert out.stats.row_tokens[0] == first + 1 < 40
+
+
+def test_the_policy_commits_to_a_streak_only_up_to_the_next_probe():
+    policy = AdaptivePolicy(DEAR, 8, DraftingState(probe_gap=6), first_gap=6)
+    left = torch.tensor([50])
+    assert policy.next_lengths(left).tolist() == [0] or policy.probing
+    while policy.probing:  # (optimism may probe first)
+        policy.next_lengths(left)
+    streak = policy.plain_streak()
+    assert streak == policy.state.probe_gap - policy.state.since_probe >= 1
+    # asking next_lengths step by step gives the same plain steps, then a probe
+    twin = AdaptivePolicy(DEAR, 8, DraftingState(policy.model, probe_gap=policy.state.probe_gap,
+                                                 since_probe=policy.state.since_probe))
+    plain = 1
+    while int(twin.next_lengths(left).max()) == 0:
+        plain += 1
+    assert plain == streak
+    policy.skip_plain(streak - 1)
+    assert int(policy.next_lengths(left).max()) > 0 and policy.probing
+
+
+def _count_draft_forwards(monkeypatch):
+    """Every forward on a draft session (the drafter's, whichever forward the backend runs), counted."""
+    from exactspec.engine import drafters
+
+    calls, real_open = [], drafters.open_session
+
+    def opening(model, rows, *, target):
+        session = real_open(model, rows, target=target)
+        real = session.forward
+
+        def counting(*a, **k):
+            calls.append(a[0].shape[1])  # tokens fed per row
+            return real(*a, **k)
+
+        session.forward = counting
+        return session
+
+    monkeypatch.setattr(drafters, "open_session", opening)
+    return calls
+
+
+def test_a_run_that_never_drafts_never_feeds_the_draft(monkeypatch):
+    target = tiny_lm("llama", seed=0)
+    useless = tiny_lm("llama", seed=99, init=1.0, layers=1)
+    gen = SpeculativeGenerator(target, useless, max_gamma=4, calibrate=False,
+                               cost_model=CostModel(t_draft=1.0, target_times={1: 0.010, 16: 0.010}))
+    calls = _count_draft_forwards(monkeypatch)
+    out = gen.generate(*left_padded(PROMPTS), max_new_tokens=3, do_sample=False, eos_token_id=[], pad_token_id=0)
+    assert out.stats.plain_steps == out.stats.target_calls == 3 and out.stats.draft_calls == 0
+    assert calls == []  # not even the prompt
+    out = gen.generate(*left_padded(PROMPTS), max_new_tokens=3, gamma=2, do_sample=False, eos_token_id=[],
+                       pad_token_id=0)
+    assert calls[0] == 4 and len(calls) == 1 + out.stats.draft_calls >= 2  # the prompt (less its last token), then drafts
+
+
+@pytest.mark.parametrize("gamma", [3, "auto"])
+def test_a_lazy_prefill_drafts_what_an_eager_one_drafts(monkeypatch, gamma):
+    target = tiny_lm("llama", seed=0)
+    draft = noisy_copy(target, 0.3, seed=3)
+    kw = dict(max_new_tokens=30, do_sample=True, temperature=1.0, seed=5, gamma=gamma, eos_token_id=[],
+              pad_token_id=0)
+    lazy = SpeculativeGenerator(target, draft).generate(*left_padded(PROMPTS), **kw)
+    real = engine_steps.prefill
+    monkeypatch.setattr(decoding, "prefill", lambda *a, lazy=False: real(*a, lazy=False))
+    eager = SpeculativeGenerator(target, draft).generate(*left_padded(PROMPTS), **kw)
+    assert torch.equal(lazy.sequences, eager.sequences)
+    assert lazy.stats.gamma_history == eager.stats.gamma_history and lazy.stats.draft_calls == eager.stats.draft_calls
+    # the deferred prefill is counted as prefill time, not as drafting
+    assert lazy.stats.prefill_time > 0 and lazy.stats.draft_time > 0
