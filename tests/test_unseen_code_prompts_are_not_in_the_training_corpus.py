@@ -1,0 +1,45 @@
+"""The stdlib pair's unseen prompt sets measure speed on text nobody trained or tuned on: no prompt, and no
+three consecutive lines of one, occurs in the pair's training corpus (the Python standard library's
+sources), and the sets share no prompt with each other or with the pair's held-out prompts."""
+from __future__ import annotations
+
+import json
+import pathlib
+import sysconfig
+
+import pytest
+
+from exactspec.pairs.load import pair_prompts
+
+SETS = sorted((pathlib.Path(__file__).parent.parent / "benchmarks" / "prompts").glob("unseen_code*.json"))
+
+
+@pytest.fixture(scope="module")
+def corpus() -> str:
+    root = pathlib.Path(sysconfig.get_paths()["stdlib"])
+    return "\n".join(p.read_text(errors="ignore") for p in root.rglob("*.py"))
+
+
+def test_there_are_three_unseen_code_sets_of_sixteen():
+    assert [p.name for p in SETS] == ["unseen_code.json", "unseen_code2.json", "unseen_code3.json"]
+    for p in SETS:
+        assert len(json.loads(p.read_text())["prompts"]) == 16, p.name
+
+
+@pytest.mark.parametrize("path", SETS, ids=lambda p: p.name)
+def test_no_unseen_prompt_is_cut_from_the_standard_library(path, corpus):
+    assert len(corpus) > 10_000_000  # the sources are there to compare with
+    for prompt in json.loads(path.read_text())["prompts"]:
+        assert prompt not in corpus
+        lines = [line for line in prompt.splitlines() if line.strip()]
+        for i in range(len(lines) - 2):
+            window = "\n".join(lines[i:i + 3])
+            assert window not in corpus, (path.name, window)
+
+
+def test_the_sets_share_no_prompt_with_each_other_or_the_held_out_prompts():
+    seen = set(pair_prompts("stdlib"))
+    for p in SETS:
+        prompts = set(json.loads(p.read_text())["prompts"])
+        assert not prompts & seen, p.name
+        seen |= prompts
