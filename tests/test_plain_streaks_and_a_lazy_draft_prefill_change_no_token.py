@@ -143,3 +143,41 @@ def test_a_lazy_prefill_drafts_what_an_eager_one_drafts(monkeypatch, gamma):
     assert lazy.stats.gamma_history == eager.stats.gamma_history and lazy.stats.draft_calls == eager.stats.draft_calls
     # the deferred prefill is counted as prefill time, not as drafting
     assert lazy.stats.prefill_time > 0 and lazy.stats.draft_time > 0
+
+
+def test_a_feature_draft_which_reads_the_last_forwards_features_gets_no_streaks(monkeypatch):
+    """A feature drafter is fed the target's features of the forward that emitted each token; a streak would
+    leave it only the last forward's, so with one the loop steps plainly one at a time: its proposals are
+    what they are with streaks turned off."""
+    from test_feature_draft_is_fed_the_targets_features_and_stays_exact import _pair, _Recording
+
+    target, draft = _pair()
+    ids, mask = left_padded([[3, 1, 4, 1, 5], [2, 7]])
+    kw = dict(max_new_tokens=40, gamma="auto", do_sample=False, eos_token_id=[], pad_token_id=0)
+    logs = []
+    for run in (8, 1):
+        monkeypatch.setattr(decoding, "PLAIN_RUN", run)
+        log: list = []
+        gen = SpeculativeGenerator(target, drafter=_Recording(draft, log), cost_model=DEAR, calibrate=False)
+        steps = list(gen.stream(ids, mask, **kw))
+        assert all(len(t) == 1 for s in steps if s.gamma == 0 for t in s.tokens)
+        logs.append([t.tolist() for t in log])
+    assert logs[0] == logs[1] and len(logs[0]) >= 2  # it did draft (probes) between plain steps
+
+
+@pytest.mark.parametrize("settings", [dict(repetition_penalty=1.5), dict(no_repeat_ngram_size=2, min_new_tokens=30)])
+def test_a_streak_reads_each_steps_own_prefix_for_prefix_dependent_settings(monkeypatch, settings):
+    """Processors that read the text so far see, inside a streak, every token emitted before each step."""
+    target = tiny_lm("llama", seed=0)
+    useless = tiny_lm("llama", seed=99, init=1.0, layers=1)
+    runs = []
+    for run in (8, 1):
+        monkeypatch.setattr(decoding, "PLAIN_RUN", run)
+        out, steps = _run(SpeculativeGenerator(target, useless, cost_model=DEAR, calibrate=False), False, **settings)
+        runs.append((out.sequences, max(len(s.tokens[0]) for s in steps if s.gamma == 0)))
+    assert torch.equal(runs[0][0], runs[1][0]) and runs[0][1] > 1 == runs[1][1]
+    ids, mask = left_padded(PROMPTS)
+    for b, p in enumerate(PROMPTS):  # and they are the target's own generate() with the same settings
+        ref = target.generate(input_ids=torch.tensor([p]), do_sample=False, max_new_tokens=40, pad_token_id=0,
+                              eos_token_id=None, **settings)[0, len(p):]
+        assert runs[0][0][b, ids.shape[1]:].tolist() == ref.tolist()

@@ -303,7 +303,9 @@ class SpeculativeGenerator:
             big_k = draft.tokens.shape[1]
             if big_k == 0:  # a plain step: no draft to verify, so the lean path (exactspec.engine.plainstep),
                 # a streak of them when the policy has committed to one (the same tokens, counted per step)
-                streak = 1 if draft.calls else min(policy.plain_streak(), PLAIN_RUN)
+                # (not for a feature drafter: it reads the target's features of the last forward only)
+                streak = 1 if draft.calls or getattr(drafter, "wants_target_features", False) else \
+                    min(policy.plain_streak(), PLAIN_RUN)
                 made, done, step = plain_step(target, spec, pending, Prefixes(ids, mask, out, n_gen, active),
                                               eos, max_new, stats, streak)
                 if made.shape[1] > 1:
