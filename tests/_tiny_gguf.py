@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pathlib
 
+import numpy as np
 import torch
 
 CORPUS = ["def add(a, b):\n    return a + b\n", "for i in range(10):\n    print(i)\n",
@@ -73,3 +74,49 @@ def shallow_copy_dir(hf: pathlib.Path, path: pathlib.Path, layers: int = 1) -> p
     model.save_pretrained(path)
     AutoTokenizer.from_pretrained(hf).save_pretrained(path)
     return path
+
+
+def tiny_pair(root: pathlib.Path, n_ctx: int = 256) -> dict:
+    """A tiny target (2 layers) and its 1-layer copy as a draft, each as a transformers dir and a GGUF file
+    loaded on llama.cpp (one thread); `hf`: the target on transformers."""
+    from transformers import AutoModelForCausalLM
+
+    from exactspec.backends.llamacpp import LlamaCppLM
+
+    tok = tokenizer_dir(root / "tok")
+    t_dir = llama_dir(root / "target", seed=1, scale=4.0, head_scale=6.0, tok_dir=tok)
+    d_dir = shallow_copy_dir(t_dir, root / "draft")
+    t_gguf, d_gguf = gguf_of(t_dir, root / "target.gguf"), gguf_of(d_dir, root / "draft.gguf")
+    hf = AutoModelForCausalLM.from_pretrained(t_dir).eval()
+    return dict(root=root, tok=tok, t_dir=t_dir, d_dir=d_dir, t_gguf=t_gguf, d_gguf=d_gguf, hf=hf,
+                target=LlamaCppLM(t_gguf, threads=1, n_ctx=n_ctx), draft=LlamaCppLM(d_gguf, threads=1, n_ctx=n_ctx))
+
+
+def law_of_two_tokens(target, prompt: list[int], temperature: float, top_p: float):
+    """Exact joint law of the first two new tokens from the backend's own logits: p1 [V], p2 [V, V]."""
+    from exactspec.backends.seam import open_session
+    from exactspec.verification.sampling import probs_from_logits
+
+    v = target.vocab_size
+    with torch.inference_mode():
+        s = open_session(target, 1, target=True)
+        ids = torch.tensor([prompt])
+        p1 = probs_from_logits(s.forward(ids, torch.ones_like(ids, dtype=torch.bool))[0, -1], temperature=temperature,
+                               top_p=top_p)
+        p2 = torch.zeros(v, v)
+        for x in p1.nonzero().flatten().tolist():
+            s2 = open_session(target, 1, target=True)
+            full = torch.tensor([prompt + [x]])
+            p2[x] = probs_from_logits(s2.forward(full, torch.ones_like(full, dtype=torch.bool))[0, -1],
+                                      temperature=temperature, top_p=top_p)
+    return p1.double(), p2.double()
+
+
+def chi_square_p(counts: np.ndarray, expected: np.ndarray) -> float:
+    from scipy.stats import chisquare
+
+    big = expected >= 5  # bins too small to test are pooled into one
+    obs = np.append(counts[big], counts[~big].sum())
+    exp = np.append(expected[big], expected[~big].sum())
+    keep = exp > 0
+    return float(chisquare(obs[keep], exp[keep] * obs[keep].sum() / exp[keep].sum()).pvalue)

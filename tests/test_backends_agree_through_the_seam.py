@@ -13,13 +13,12 @@ import torch
 
 pytest.importorskip("llama_cpp")
 
-from _tiny_gguf import gguf_of, llama_dir, shallow_copy_dir, tokenizer_dir  # noqa: E402
+from _tiny_gguf import chi_square_p, gguf_of, law_of_two_tokens, llama_dir, tiny_pair, tokenizer_dir  # noqa: E402
 
 from exactspec import SpeculativeGenerator  # noqa: E402
 from exactspec.backends.llamacpp import LlamaCppLM  # noqa: E402
 from exactspec.backends.seam import open_session  # noqa: E402
 from exactspec.engine.baseline import target_alone_loop  # noqa: E402
-from exactspec.verification.sampling import probs_from_logits  # noqa: E402
 
 # ggml rounds otherwise than torch (on a CPU with AMX it repacks even f32 weights as f16): logits agree to
 # about 1e-3 of their largest magnitude, which is what is asserted (2e-3; measured up to 1.1e-3)
@@ -28,17 +27,7 @@ RTOL = 2e-3
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    from transformers import AutoModelForCausalLM
-
-    root = tmp_path_factory.mktemp("tiny")
-    tok = tokenizer_dir(root / "tok")
-    t_dir = llama_dir(root / "target", seed=1, scale=4.0, head_scale=6.0, tok_dir=tok)
-    d_dir = shallow_copy_dir(t_dir, root / "draft")
-    t_gguf, d_gguf = gguf_of(t_dir, root / "target.gguf"), gguf_of(d_dir, root / "draft.gguf")
-    hf = AutoModelForCausalLM.from_pretrained(t_dir).eval()
-    return dict(root=root, tok=tok, t_dir=t_dir, t_gguf=t_gguf, d_gguf=d_gguf, hf=hf,
-                target=LlamaCppLM(t_gguf, threads=1, n_ctx=256),
-                draft=LlamaCppLM(d_gguf, threads=1, n_ctx=256))
+    return tiny_pair(tmp_path_factory.mktemp("tiny"))
 
 
 def _compare(a: torch.Tensor, b: torch.Tensor, valid: torch.Tensor) -> float:
@@ -109,37 +98,10 @@ def test_greedy_on_llamacpp_equals_its_own_target_alone_loop(tiny, gamma, method
     assert sum(out.stats.position_accepted) > 0  # the draft was used, not only plain steps
 
 
-def _law(target, prompt: list[int], temperature: float, top_p: float):
-    """Exact joint law of the first two new tokens from the backend's own logits: p1 [V], p2 [V, V]."""
-    v = target.vocab_size
-    with torch.inference_mode():
-        s = open_session(target, 1, target=True)
-        ids = torch.tensor([prompt])
-        p1 = probs_from_logits(s.forward(ids, torch.ones_like(ids, dtype=torch.bool))[0, -1], temperature=temperature,
-                               top_p=top_p)
-        p2 = torch.zeros(v, v)
-        for x in p1.nonzero().flatten().tolist():
-            s2 = open_session(target, 1, target=True)
-            full = torch.tensor([prompt + [x]])
-            p2[x] = probs_from_logits(s2.forward(full, torch.ones_like(full, dtype=torch.bool))[0, -1],
-                                      temperature=temperature, top_p=top_p)
-    return p1.double(), p2.double()
-
-
-def _chi_square_p(counts: np.ndarray, expected: np.ndarray) -> float:
-    from scipy.stats import chisquare
-
-    big = expected >= 5  # bins too small to test are pooled into one
-    obs = np.append(counts[big], counts[~big].sum())
-    exp = np.append(expected[big], expected[~big].sum())
-    keep = exp > 0
-    return float(chisquare(obs[keep], exp[keep] * obs[keep].sum() / exp[keep].sum()).pvalue)
-
-
 @pytest.mark.parametrize("temperature,top_p,method", [(1.0, 1.0, "token"), (0.7, 0.9, "block")])
 def test_first_tokens_follow_the_law_of_the_backends_own_logits(tiny, temperature, top_p, method):
     prompt = [5, 17, 42, 8, 99, 23]
-    p1, p2 = _law(tiny["target"], prompt, temperature, top_p)
+    p1, p2 = law_of_two_tokens(tiny["target"], prompt, temperature, top_p)
     gen = SpeculativeGenerator(tiny["target"], tiny["draft"])
     rows, draws = 64, []
     ids = torch.tensor([prompt] * rows)
@@ -149,10 +111,10 @@ def test_first_tokens_follow_the_law_of_the_backends_own_logits(tiny, temperatur
         draws += out.sequences[:, -2:].tolist()
     v = tiny["target"].vocab_size
     first = np.bincount([a for a, _ in draws], minlength=v)
-    assert _chi_square_p(first, p1.numpy() * len(draws)) > 1e-3
+    assert chi_square_p(first, p1.numpy() * len(draws)) > 1e-3
     second = np.bincount([b for _, b in draws], minlength=v)  # its law: sum over x1 of p1(x1) p2(. | x1)
-    assert _chi_square_p(second, (p1 @ p2).numpy() * len(draws)) > 1e-3
-    assert _chi_square_p(second, p1.numpy() * len(draws)) < 1e-3  # the test can tell two laws apart
+    assert chi_square_p(second, (p1 @ p2).numpy() * len(draws)) > 1e-3
+    assert chi_square_p(second, p1.numpy() * len(draws)) < 1e-3  # the test can tell two laws apart
 
 
 def test_bad_files_a_vocabulary_mismatch_and_bad_use_give_one_clear_error(tiny, tmp_path):
@@ -173,8 +135,6 @@ def test_bad_files_a_vocabulary_mismatch_and_bad_use_give_one_clear_error(tiny, 
         SpeculativeGenerator(tiny["target"], tiny["target"])
     gen = SpeculativeGenerator(tiny["target"], tiny["draft"])
     ids = torch.tensor([[5, 6, 7]])
-    with pytest.raises(ValueError, match="tree: the llama.cpp backend verifies chains only"):
-        gen.generate(ids, max_new_tokens=4, tree=(2, 1))
     with pytest.raises(ValueError, match="context of 256"):
         gen.generate(ids, max_new_tokens=300)
     s = open_session(tiny["target"], 1, target=True)

@@ -20,6 +20,7 @@ class _Ctx:
 
     def __init__(self, rows):
         self.held = {s: [] for s in range(rows)}
+        self.n_seq = rows
 
     def decode(self, tokens, pos, seq, flags):
         for p, s in zip(pos.tolist(), seq.tolist()):

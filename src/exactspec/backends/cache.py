@@ -258,12 +258,14 @@ class SlotCache:
         self.mask = torch.cat([self.mask[:, : self.length - s], tail[:, :n_keep].long()], dim=1)
 
     def forward_tree(self, tokens: torch.Tensor, valid: torch.Tensor, pos: torch.Tensor,
-                     attend: torch.Tensor) -> torch.Tensor:
+                     attend: torch.Tensor, base: int | None = None) -> torch.Tensor:
         """Append `tokens [B, S]` as S new slots that attend as told, not causally; return `[B, S, V]` logits.
 
         For token trees (:mod:`exactspec.engine.trees`): `pos [B, S]` explicit position ids (a node's depth past
         the row's real tokens), `attend [B, S, L+S]` bool: the slots (cached and new) each query sees;
         every query also sees its own slot. `valid [B, S]` marks the slots later queries may see.
+        With `base` (the seam's form, which every backend takes), `attend` is `[B, S, L-base+S]`, over the slots
+        from `base` on, and every query also sees its row's real slots before `base`.
         transformers takes a 4-D mask as given (masking_utils returns a custom 4-D mask as-is), which the
         eager and sdpa attention paths honour; other attention kernels ignore or reject it.
         """
@@ -275,6 +277,8 @@ class SlotCache:
         b, s = tokens.shape
         if self.mask is None:
             self.mask = torch.zeros(b, 0, dtype=torch.long, device=self.device)
+        if base is not None:  # the row's real slots before the tree, then the tree's as asked
+            attend = torch.cat([self.mask[:, :base].bool()[:, None, :].expand(-1, s, -1).to(attend.device), attend], 2)
         allowed = attend.to(self.device).clone()
         q = torch.arange(s, device=self.device)
         allowed[:, q, self.length + q] = True

@@ -14,7 +14,7 @@ Exactness is with respect to the p of the verification pass: llama.cpp computes 
 rounding than a 1-token call (logits differ by ~1e-3), and a quantized file has its own p.
 
 Needs ``pip install 'exactspec[llamacpp]'`` (llama-cpp-python, compiled once by pip; see docs/llamacpp.md).
-Chains only: the session has no tree verification (``tree=`` raises a ValueError naming this backend).
+Trees are verified in one decode too, a branch per sequence id (:mod:`exactspec.backends.llamacpptree`).
 """
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ class LlamaCppLM(GenerationMixin):
     """
 
     backend = "llamacpp"
-    supports_trees = False
+    supports_trees = True
     main_input_name = "input_ids"
     training = False
 
@@ -138,11 +138,12 @@ class LlamaCppLM(GenerationMixin):
         rows = max(int(rows), 1)
         if rows > 256:  # llama.cpp's LLAMA_MAX_SEQ: a larger n_seq_max is refused
             raise ValueError(f"input_ids: the llama.cpp backend runs at most 256 rows at once, got {rows}")
-        if self._ctx is None or self._ctx.n_seq < rows:
+        n_seq = min(256, rows * (1 + TREE_IDS))  # each row's sequence, and ids for the branches of its trees
+        if self._ctx is None or self._ctx.n_seq < n_seq:
             if self._ctx is not None:
                 self._ctx.close()
-            self._ctx = Context(self._model, self.vocab_size, n_seq=rows, n_ctx=rows * self.n_ctx,
-                                threads=self.threads)
+            self._ctx = Context(self._model, self.vocab_size, n_seq=n_seq, n_ctx=rows * self.n_ctx + 512,
+                                threads=self.threads)  # (+ a batch of cells for a tree's rejected nodes)
         self._ctx.clear()
         if self._session is not None:
             self._session._ended = True
@@ -181,6 +182,9 @@ class LlamaCppLM(GenerationMixin):
             pass
 
 
+TREE_IDS = 64  # sequence ids per row for the branches of a tree (a context holds at most 256 ids)
+
+
 def ctypes_string(fn, model, size: int = 256) -> str:
     import ctypes
 
@@ -210,15 +214,24 @@ class LlamaCppSession:
         self._ring = np.zeros((rows, self._RING), dtype=bool)  # [B, RING]: which recent slots were real
         self._w = 0  # slots of the ring in use
         self._shapes: dict = {}  # (S, keep) -> the batch's constant arrays when every slot is real
+        self._len = 0  # slots fed so far (as SlotCache counts them: a tree's base is one of these)
+        self._tree = None  # the open tree (llamacpptree.Episode) between forward_tree and keep_tail
+        self._free = list(range(ctx.n_seq - 1, rows - 1, -1))  # sequence ids for a tree's branches
+
+    @property
+    def length(self) -> int:
+        return self._len
 
     @property
     def n_real(self) -> torch.Tensor:
         return torch.from_numpy(self.n.copy())
 
-    def _live(self) -> None:
+    def _live(self, tree: bool = False) -> None:
         if self._ended:
             raise RuntimeError("this llama.cpp session ended: another run opened a session on the same model "
                                "(one run at a time per LlamaCppLM)")
+        if self._tree is not None and not tree:
+            raise RuntimeError("a tree is open on this llama.cpp session: keep_tail() ends it first")
 
     def _record(self, ok) -> None:
         """Append `ok` ([B, S] bool, or True for all real) to the ring of recent slots."""
@@ -272,6 +285,7 @@ class LlamaCppSession:
         raw = self._ctx.decode(tok, pos, seq, flags)  # [flagged, V], in batch order
         self.n = n
         self._record(s if ok is None else ok)
+        self._len += s
         if raw.shape[0] == b * keep:  # every kept slot real: the rows are the logits, in order
             return torch.from_numpy(raw).view(b, keep, -1)
         out = np.zeros((b, keep, raw.shape[1]), np.float32)
@@ -291,7 +305,7 @@ class LlamaCppSession:
         kept = tail.sum(1)
         if not np.array_equal(tail, real & (np.cumsum(real, 1) <= kept[:, None])):
             raise ValueError("the llama.cpp backend keeps a prefix of each row's new tokens; this rollback "
-                             "leaves a hole (tree paths need the transformers backend)")
+                             "leaves a hole (a tree's path is kept by keep_tail)")
         drop = real.sum(1) - kept
         if drop.any():
             self.n = self.n - drop
@@ -307,3 +321,70 @@ class LlamaCppSession:
             self._ctx.remove(self.seq[b], 0)
         self.seq, self.n, self._ring = self.seq[idx], self.n[idx], self._ring[idx]
         self._shapes = {}
+
+    def forward_tree(self, tokens: torch.Tensor, valid: torch.Tensor, pos: torch.Tensor, attend: torch.Tensor,
+                     base: int | None = None) -> torch.Tensor:
+        """Append `tokens [B, S]` as tree slots in one decode; `[B, S, V]` logits (zeros at invalid slots).
+
+        As :meth:`exactspec.backends.cache.SlotCache.forward_tree` with `base`: `attend [B, S, length - base + S]`
+        says which of the tree's slots (those fed since slot `base`, then the new ones) each new slot sees; every
+        slot sees the row's tokens before the tree. It must be a tree (each node: its ancestors and itself) at
+        positions one past the parent's, the first depth at the row's length (else a ValueError); branches
+        become sequence ids (:mod:`exactspec.backends.llamacpptree`). The tree stays open until :meth:`keep_tail`.
+        """
+        from exactspec.backends.llamacpptree import Episode, feed_tree
+
+        self._live(tree=True)
+        if base is None:
+            raise TypeError("forward_tree on the llama.cpp backend needs base= (the slot count when the tree began)")
+        if self._tree is None and base != self._len:
+            raise ValueError(f"forward_tree: a new tree begins at the session's length {self._len}, not {base}")
+        if self._tree is not None and base != self._tree.base:
+            raise ValueError(f"forward_tree: the open tree began at slot {self._tree.base}, not {base}")
+        b, s = tokens.shape
+        if attend.shape != (b, s, self._len - base + s):
+            raise ValueError(f"forward_tree: attend must be [B, S, length - base + S] = {[b, s, self._len - base + s]}"
+                             f", got {list(attend.shape)}")
+        ok = valid.numpy(force=True).astype(bool)
+        p = pos.numpy(force=True).astype(np.int64)
+        if int(np.where(ok, p, 0).max(initial=0)) >= self.model.n_ctx:
+            raise ValueError(f"a row would exceed the llama.cpp context of {self.model.n_ctx} tokens "
+                             "(LlamaCppLM(n_ctx=...))")
+        tok = tokens.numpy(force=True).astype(np.int64)
+        tok = np.where((tok >= 0) & (tok < self._vocab), tok, 0)
+        opened = self._tree is None
+        if opened:
+            self._tree = Episode(base, len(self.seq), self.n)
+        try:
+            raw = feed_tree(self, tok, ok, p, attend.numpy(force=True).astype(bool))
+        except ValueError:  # raised before anything was fed
+            if opened:
+                self._tree = None
+            raise
+        self._record(ok)
+        self._len += s
+        out = np.zeros((b, s, self._vocab), np.float32)
+        out[ok] = raw
+        return torch.from_numpy(out)
+
+    def keep_tail(self, start: int, idx: torch.Tensor, keep: torch.Tensor) -> None:
+        """End the open tree: row b keeps the tree slots `start + idx[b, :c]` (`keep [B, W]`, c kept per row)
+        as its next tokens, a path from the tree's first depth down; the other slots leave the cache."""
+        from exactspec.backends.llamacpptree import keep_path
+
+        self._live(tree=True)
+        k = keep.numpy(force=True).astype(bool)
+        w = k.shape[1]
+        if self._tree is None:
+            if w and k.any():
+                raise ValueError("keep_tail: no tree is open on this llama.cpp session")
+            return
+        if start != self._tree.base:
+            raise ValueError(f"keep_tail: the open tree began at slot {self._tree.base}, not {start}")
+        self.n = keep_path(self, idx.numpy(force=True).astype(np.int64), k)
+        self._tree = None
+        self._w -= self._len - start  # the ring forgets the tree's slots and records the kept path
+        if self._w < 0:
+            raise RuntimeError("a tree of more slots than the llama.cpp session's ring remembers")
+        self._record(k)
+        self._len = start + w

@@ -3,7 +3,8 @@
 Rows of a batch are sequence ids of one context with a unified KV cache. A batch fills llama.cpp's own
 `llama_batch` arrays through numpy views (no per-token Python): token, position, sequence id, logits flag.
 One `llama_decode` per call (per `n_batch` tokens); `llama_get_logits` is `[n_outputs, V]` in batch order and
-is copied out once, before the next decode overwrites it. Rollback is `llama_memory_seq_rm(seq, n, -1)`.
+is copied out once, before the next decode overwrites it. Rollback is `llama_memory_seq_rm(seq, n, -1)`. A token
+may carry several sequence ids (a tree node: :mod:`exactspec.backends.llamacpptree`), up to `n_seq`.
 
 llama.cpp aborts the whole process (GGML_ASSERT) on more tokens in one decode than `n_batch`, and writes out
 of bounds on a bad sequence id: every call is checked here first and raises ValueError instead.
@@ -55,19 +56,21 @@ class Context:
         self.n_seq, self.n_ctx, self.n_batch = n_seq, int(L.llama_n_ctx(self._ctx)), int(L.llama_n_batch(self._ctx))
         self.vocab = vocab
         nb = self.n_batch
-        self._batch = L.llama_batch_init(nb, 0, 1)
+        self._k = n_seq  # sequence ids a token may carry
+        self._batch = L.llama_batch_init(nb, 0, self._k)
         b = self._batch
         self._tok = np.ctypeslib.as_array(b.token, shape=(nb,))
         self._pos = np.ctypeslib.as_array(b.pos, shape=(nb,))
         self._nsq = np.ctypeslib.as_array(b.n_seq_id, shape=(nb,))
         self._flag = np.ctypeslib.as_array(b.logits, shape=(nb,))
-        # seq_id is int32** (one malloc'd int per token): its row pointers are aimed at one numpy vector so
-        # that a batch's sequence ids are one vector write; the originals go back before llama_batch_free.
-        self._seq = np.zeros(nb, dtype=np.int32)
+        # seq_id is int32** (one malloc'd row per token): its row pointers are aimed at the rows of one numpy
+        # matrix so that a batch's sequence ids are one write; the originals go back before llama_batch_free.
+        self._seq = np.zeros((nb, self._k), dtype=np.int32)
         table = np.ctypeslib.as_array(ctypes.cast(b.seq_id, ctypes.POINTER(ctypes.c_uint64)), shape=(nb,))
         self._table, self._orig = table, table.copy()
-        table[:] = self._seq.ctypes.data + np.arange(nb, dtype=np.uint64) * np.uint64(4)
+        table[:] = self._seq.ctypes.data + np.arange(nb, dtype=np.uint64) * np.uint64(4 * self._k)
         self._nsq[:] = 1
+        self._sets = False  # a decode of sequence-id sets left n_seq_id > 1 somewhere
         self.threads = threads
         self._closed = False
 
@@ -80,20 +83,42 @@ class Context:
         if not llama().llama_memory_seq_rm(self._mem, int(seq), int(start), -1):
             raise RuntimeError(f"llama.cpp refused to remove positions >= {start} of sequence {seq}")
 
-    def decode(self, tokens: np.ndarray, pos: np.ndarray, seq: np.ndarray, flags: np.ndarray) -> np.ndarray:
+    def copy(self, src: int, dst: int, end: int) -> None:
+        """Sequence `dst` also owns the cells of `src` at positions below `end` (no data moves: one cache)."""
+        llama().llama_memory_seq_cp(self._mem, int(src), int(dst), -1, int(end))
+
+    def decode(self, tokens: np.ndarray, pos: np.ndarray, seq: np.ndarray, flags: np.ndarray,
+               counts: np.ndarray | None = None) -> np.ndarray:
         """Feed `tokens [N]` int32 at positions `pos [N]` of sequences `seq [N]`; returns the logits of the
         flagged tokens, `[sum(flags), V]` float32 in batch order. Chunks of `n_batch` tokens, each its own
-        decode (a sequence's tokens stay in order, so later chunks see the earlier ones)."""
+        decode (a sequence's tokens stay in order, so later chunks see the earlier ones).
+
+        With `counts [N]`, `seq [N, K]` gives each token a set of sequence ids, its first `counts[i]` entries
+        (the first one is the sequence whose cells the token sees); the batch must fit one decode."""
         n, nb, out = len(tokens), self.n_batch, []
         if n == 0:
             return np.empty((0, self.vocab), np.float32)
-        if int(seq.min()) < 0 or int(seq.max()) >= self.n_seq:
+        if counts is not None:
+            if n > nb or seq.shape[1] > self._k or int(counts.min()) < 1 or int(counts.max()) > seq.shape[1]:
+                raise ValueError(f"a batch of sequence-id sets takes at most {nb} tokens with 1..{self._k} ids each")
+            used = seq[np.arange(seq.shape[1]) < counts[:, None]]
+        else:
+            used = seq
+        if int(used.min()) < 0 or int(used.max()) >= self.n_seq:
             raise ValueError(f"sequence ids must lie in [0, {self.n_seq})")
         L = llama()
+        if self._sets:  # the previous batch was of sets
+            self._nsq[:] = 1
+            self._sets = False
         for a in range(0, n, nb):
             z = min(n, a + nb) - a
-            self._tok[:z], self._pos[:z], self._seq[:z], self._flag[:z] = (
-                tokens[a:a + z], pos[a:a + z], seq[a:a + z], flags[a:a + z])
+            self._tok[:z], self._pos[:z], self._flag[:z] = tokens[a:a + z], pos[a:a + z], flags[a:a + z]
+            if counts is None:
+                self._seq[:z, 0] = seq[a:a + z]
+            else:
+                self._seq[:z, :seq.shape[1]] = seq
+                self._nsq[:z] = counts
+                self._sets = True
             self._batch.n_tokens = z
             rc = L.llama_decode(self._ctx, self._batch)
             if rc != 0:

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from exactspec.backends.cache import sync as _sync
-from exactspec.backends.seam import check_same_vocab, supports_trees
+from exactspec.backends.seam import check_same_vocab, is_backend_model, supports_trees
 from exactspec.verification.checks import ArgumentTypeError, check_bool, check_int
 from exactspec.engine.drafters import Draft, DraftModelDrafter, PromptLookupDrafter
 from exactspec.engine.hfconfig import Prefixes, SamplingSpec
@@ -91,7 +91,7 @@ class SpeculativeGenerator:
                 raise ValueError(f"drafter must be 'prompt_lookup' or a drafter object, got {drafter!r}")
             drafter = PromptLookupDrafter()
         if callable(getattr(draft, "make_drafter", None)):  # a draft that drafts its own way (a feature draft
-            if not supports_trees(target):  # reads the target's hidden states, which only torch models hand over
+            if is_backend_model(target):  # reads the target's hidden states, which only torch models hand over
                 raise ValueError("draft: a feature draft reads the target's hidden states, which the "
                                  f"{target.backend} backend does not give; use a token draft model")
             drafter = draft.make_drafter()  # reads the target's features); costed and checked as the LM it runs
@@ -193,8 +193,8 @@ class SpeculativeGenerator:
                              "token draft model")
         cfg["tree"] = parse_tree(tree, has_draft=self.draft is not None, method=method)
         if cfg["tree"] is not None and not all(supports_trees(m) for m in (self.target, self.draft) if m is not None):
-            raise ValueError("tree: the llama.cpp backend verifies chains only (a tree needs a custom attention "
-                             "mask per node); drop tree= or run the models on transformers")
+            raise ValueError("tree: a model here verifies chains only (its backend has no forward_tree); drop "
+                             "tree= or run the models on transformers or llama.cpp")
         if cfg["tree"] is not None and not cfg["spec"].static_only:
             raise ValueError("tree: tree speculation takes the target's law row by row; generation settings "
                              "that depend on the prefix (repetition_penalty, no_repeat_ngram_size, bad_words_ids, "

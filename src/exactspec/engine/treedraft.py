@@ -145,10 +145,9 @@ class _Builder:
         anc = ancestors(self.parents)  # [B, n, n]
         rows = anc.gather(1, nodes[:, :, None].expand(-1, -1, anc.shape[2]))  # [B, F, n]
         f = nodes.shape[1]
-        old = self.state.mask[:, :self.base].bool()[:, None, :].expand(-1, f, -1)
         in_cache = rows.gather(2, self.fed[:, None, :].expand(-1, f, -1))  # ancestors among fed slots
-        attend = torch.cat([old, in_cache, torch.zeros(self.b, f, f, dtype=torch.bool, device=self.dev)], 2)
-        logits = self.state.forward_tree(tok, tok >= 0, self.n0[:, None] + dep - 1, attend)
+        attend = torch.cat([in_cache, torch.zeros(self.b, f, f, dtype=torch.bool, device=self.dev)], 2)
+        logits = self.state.forward_tree(tok, tok >= 0, self.n0[:, None] + dep - 1, attend, base=self.base)
         self._count(t0, logits)
         self.dslot.scatter_(1, nodes, torch.arange(self.fed.shape[1], self.fed.shape[1] + f,
                                                    device=self.dev).expand(self.b, -1))

@@ -99,10 +99,9 @@ class TreeStepper:
         attend_new[:, :, 0] = True  # everyone sees the pending token
         if tree is not None:
             attend_new[:, 1:, 1:] = ancestors(tree.parents) & valid[:, None, 1:]
-        old = self.target.mask.bool()[:, None, :].expand(-1, n + 1, -1)
         self._start = self.target.length
         pos = self.target.n_real[:, None] + depth
-        logits = self.target.forward_tree(tokens, valid, pos, torch.cat([old, attend_new], 2))  # [B, N+1, V]
+        logits = self.target.forward_tree(tokens, valid, pos, attend_new, base=self._start)  # [B, N+1, V]
         _sync(pending.device)
         t2 = time.perf_counter()
         p = self.spec.probs(logits)

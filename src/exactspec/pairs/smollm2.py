@@ -223,6 +223,10 @@ class _MaskedSession:
     def forward(self, tokens, valid, logits_to_keep: int = 0):
         return self._inner.forward(tokens, valid, logits_to_keep).masked_fill_(self._outside, float("-inf"))
 
+    def forward_tree(self, tokens, valid, pos, attend, base=None):
+        return self._inner.forward_tree(tokens, valid, pos, attend, base=base).masked_fill_(self._outside,
+                                                                                           float("-inf"))
+
     def __getattr__(self, name):
         return getattr(self._inner, name)
 

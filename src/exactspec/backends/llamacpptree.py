@@ -1,0 +1,170 @@
+"""Token trees on llama.cpp: a tree attention mask written as sets of sequence ids.
+
+llama.cpp takes no attention mask. With one KV cache for all sequences (``kv_unified``), the query of a token
+at position p whose first sequence id is s sees the cached cells that belong to s at positions <= p, and a
+cell may belong to several sequences. So a tree is verified in one decode by giving every branch an id:
+
+- a node continues its parent's branch (takes its id) when it is the parent's first child fed; any other
+  child forks a fresh id, which first takes the parent's cached context, ``seq_cp(parent's id -> fresh,
+  positions < pos(parent) + 1)`` (the row's tokens before the tree, and ancestors fed by earlier calls);
+- a node is fed with its own branch id first, then the ids of its descendants fed in the same call;
+- so node j's query sees the row's tokens before the tree, its ancestors and itself, and nothing else: a cell
+  of j's branch at a position <= pos(j) lies on j's path, and a sibling at the same position carries other ids.
+
+The mask asked for (``attend``, as :meth:`exactspec.backends.cache.SlotCache.forward_tree` takes it) is
+checked to be such a tree, with positions one past the parent's; anything else is a ValueError.
+Keeping the accepted path (:func:`keep_path`): the row's own sequence drops the tree's positions and takes the
+cells of the deepest kept node's branch up to its position (one ``seq_cp``, nothing recomputed); every fresh id
+is then removed, which frees the cells of the rejected nodes.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["Episode", "feed_tree", "keep_path"]
+
+
+class Episode:
+    """The tree slots fed since `base` (the session's slot count when the tree began), per row:
+    position, branch id (-1: an invalid slot, never fed), parent slot (-1: the row's tokens before the tree),
+    whether a child already continues the branch, and `chain [T, T]` (a slot's ancestors and itself)."""
+
+    def __init__(self, base: int, rows: int, start: np.ndarray):
+        self.base, self.start = base, start.copy()  # start [B]: the position of a depth-1 slot per row
+        self.pos = [np.zeros(0, np.int64) for _ in range(rows)]
+        self.bid = [np.zeros(0, np.int64) for _ in range(rows)]
+        self.parent = [np.zeros(0, np.int64) for _ in range(rows)]
+        self.taken = [[] for _ in range(rows)]
+        self.root_taken = [False] * rows
+        self.chain = [np.zeros((0, 0), bool) for _ in range(rows)]
+        self.fresh = [[] for _ in range(rows)]  # ids forked in this tree, freed by keep_path
+
+    @property
+    def slots(self) -> int:
+        return len(self.bid[0]) if self.bid else 0
+
+
+def _row(ep: Episode, b: int, att: np.ndarray, ok: np.ndarray, pos: np.ndarray):
+    """Parents and the chain of row b's new slots; ValueError unless `att [S, T+S]` is a tree."""
+    t, s = len(ep.bid[b]), len(ok)
+    okall = np.concatenate([ep.bid[b] >= 0, ok])
+    vis = att & okall[None, :]
+    vis[np.arange(s), t + np.arange(s)] = False  # a query sees itself in any case
+    vis[~ok] = False
+    posall = np.concatenate([ep.pos[b], pos])
+    score = np.where(vis, posall[None, :], -1)  # [S, T+S]
+    par = score.argmax(1)
+    par[score.max(1, initial=-1) < 0] = -1
+    chain = np.zeros((t + s, t + s), bool)
+    chain[:t, :t] = ep.chain[b]
+    chain[t:] = vis
+    chain[t + np.arange(s), t + np.arange(s)] = True
+    has = par >= 0
+    want = np.where(has[:, None], chain[np.maximum(par, 0)], False)
+    expect = np.where(has, posall[np.maximum(par, 0)] + 1, ep.start[b])
+    bad = ok & ((vis != want).any(1) | (par >= t + np.arange(s)) | (pos != expect))
+    if bad.any():
+        j = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"the llama.cpp backend verifies trees whose every node sees the row's tokens, its "
+                         f"ancestors and itself, at one position past its parent (row {b}, new slot {j} is not "
+                         "such a node)")
+    return par, chain, vis
+
+
+def feed_tree(session, tokens: np.ndarray, valid: np.ndarray, pos: np.ndarray, attend: np.ndarray):
+    """Append `tokens [B, S]` as tree slots (`valid [B, S]`, `pos [B, S]`, `attend [B, S, T+S]` over the
+    episode's slots and the new ones) in one decode. Returns the logits of the valid slots `[n_valid, V]`,
+    row-major. The session holds `_tree` (the :class:`Episode`), `_free` (spare ids), `seq`, `_ctx`.
+    Everything is checked before anything changes: a ValueError leaves the session as it was."""
+    ep = session._tree
+    b, s = tokens.shape
+    free = list(session._free)
+    plans = [_plan_row(ep, r, attend[r], valid[r], pos[r], int(session.seq[r]), free, session._ctx.n_seq)
+             for r in range(b)]
+    session._free = free
+    copies, sets = [], []
+    for r, (par, chain, vis, bid, taken, root_taken, fresh, cp) in enumerate(plans):
+        t = len(ep.bid[r])
+        for j in np.flatnonzero(valid[r]):  # own id first, then the ids forked below it in this call
+            sets.append([int(bid[t + j])] + [int(bid[t + d]) for d in fresh if vis[d, t + j]])
+        ep.pos[r] = np.concatenate([ep.pos[r], pos[r]])
+        ep.bid[r], ep.parent[r], ep.taken[r], ep.chain[r] = bid, np.concatenate([ep.parent[r], par]), taken, chain
+        ep.root_taken[r] = root_taken
+        ep.fresh[r] += [int(bid[t + d]) for d in fresh]
+        copies += cp
+    for src, dst, end in copies:  # before the decode: the forks take the cells cached so far
+        session._ctx.copy(src, dst, end)
+    n = len(sets)  # tokens fed
+    if n == 0:
+        return np.empty((0, session._vocab), np.float32)
+    ids = np.zeros((n, max(len(x) for x in sets)), np.int32)
+    counts = np.array([len(x) for x in sets], np.int32)
+    for i, x in enumerate(sets):
+        ids[i, :len(x)] = x
+    return session._ctx.decode(tokens[valid].astype(np.int32), pos[valid].astype(np.int32), ids,
+                               np.ones(n, np.int8), counts)
+
+
+def _plan_row(ep: Episode, r: int, att, ok, pos, row_seq: int, free: list, n_seq: int):
+    """Row r's new slots: parents, chain, visibility (checked by :func:`_row`), then branch ids (taken from
+    `free`) and the copies that give each fork its parent's cached context."""
+    par, chain, vis = _row(ep, r, att, ok, pos)
+    t, s = len(ep.bid[r]), len(ok)
+    bid = np.concatenate([ep.bid[r], np.full(s, -1, np.int64)])
+    taken, root_taken = ep.taken[r] + [False] * s, ep.root_taken[r]
+    fresh, copies = [], []
+    for j in np.flatnonzero(ok):
+        p = int(par[j])
+        owner = row_seq if p < 0 else int(bid[p])
+        if not (root_taken if p < 0 else taken[p]):  # the first child continues the branch
+            bid[t + j] = owner
+        else:  # a fork sees what its parent sees: owner's cells up to the parent's position
+            if not free:
+                raise ValueError("tree: llama.cpp ran out of sequence ids for this tree's branches "
+                                 f"({n_seq} in the context); a smaller tree or fewer rows")
+            bid[t + j] = free.pop()
+            end = int(ep.start[r]) if p < 0 else int(ep.pos[r][p] if p < t else pos[p - t]) + 1
+            copies.append((owner, int(bid[t + j]), end))
+            fresh.append(j)
+        if p < 0:
+            root_taken = True
+        else:
+            taken[p] = True
+    return par, chain, vis, bid, taken, root_taken, fresh, copies
+
+
+def keep_path(session, idx: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """Row r keeps the slots `idx[r, :c]` (`keep [B, W]`, a prefix of c per row) of the episode: a path from
+    the tree's first depth down. Returns the new lengths `[B]`; the episode's ids go back to the pool."""
+    ep = session._tree
+    n = session.n.copy()
+    for r in range(len(session.seq)):
+        c = int(keep[r].sum())
+        if not keep[r, :c].all():
+            raise ValueError("keep_tail: each row keeps a prefix of its listed slots")
+        path = idx[r, :c]
+        if c and ((path < 0).any() or (path >= ep.slots).any()):
+            raise ValueError("keep_tail: a kept slot is not a slot of this tree")
+        chain_ok = all(int(ep.parent[r][x]) == (int(path[i - 1]) if i else -1) and int(ep.bid[r][x]) >= 0
+                       for i, x in enumerate(path.tolist()))
+        if not chain_ok:
+            raise ValueError("keep_tail: the kept slots are not a path from the tree's top (the llama.cpp "
+                             "backend keeps a root-to-node path of a tree)")
+        seq, start = int(session.seq[r]), int(ep.start[r])
+        ctx = session._ctx
+        if c == 0:
+            ctx.remove(seq, start)
+        else:
+            deep, end = int(path[-1]), start + c
+            owner = int(ep.bid[r][deep])
+            if owner == seq:
+                ctx.remove(seq, end)
+            else:
+                ctx.remove(seq, start)
+                ctx.copy(owner, seq, end)
+                # (positions below `start` of owner are the row's own cells already)
+        for f in ep.fresh[r]:
+            ctx.remove(f, 0)
+            session._free.append(f)
+        n[r] = start + c
+    return n
