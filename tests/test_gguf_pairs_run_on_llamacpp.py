@@ -163,6 +163,22 @@ def test_generate_and_bench_take_backend_llamacpp(tmp_path):
     assert all(r["greedy_equals_target_generate"] for r in report["rows"])
 
 
+def test_trees_run_on_llamacpp_from_the_cli_and_the_bench_runs_them_when_asked(tmp_path):
+    out = _cli("generate", "--backend", "llamacpp", "--threads", "1", "--max-new-tokens", "12", "--tree", "3,2,1",
+               "--json", "def add(a, b):")
+    assert out.returncode == 0, out.stderr
+    assert len(json.loads(out.stdout)["token_ids"][0]) == 12
+    args = ["bench", "--backend", "llamacpp", "--no-peers", "--num-prompts", "1", "--repeats", "1",
+            "--max-new-tokens", "16", "--threads", "1", "--out", str(tmp_path), "--json"]
+    default = _cli(*args, "--systems", "tree")  # --help: no tree system on llama.cpp unless --tree asks
+    assert default.returncode == 2 and "'tree' selects no system" in default.stderr
+    bench = _cli(*args, "--systems", "tree", "--tree", "6")
+    assert bench.returncode == 0, bench.stderr
+    rows = json.loads(bench.stdout.strip().splitlines()[-1])["rows"]
+    tree = [r for r in rows if "tree" in r["system"]]
+    assert tree and all(r["greedy_equals_target_generate"] for r in tree)
+
+
 def test_a_gguf_target_falls_back_to_transformers_in_one_line_without_llama_cpp_python(tmp_path):
     tok = tokenizer_dir(tmp_path / "tok")
     path = gguf_of(llama_dir(tmp_path / "hf", seed=6, tok_dir=tok), tmp_path / "m.gguf")

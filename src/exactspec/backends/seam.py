@@ -18,8 +18,14 @@ Two backends implement it:
   sequences of one llama.cpp context, rollback removes a sequence's tail.
 
 A model object that is not a torch module names its backend by offering ``open_session(rows, target)``, and
-``vocab_size`` / ``embed_size`` / ``describe()`` for the checks and cost profiles below. Sessions of backends
-other than transformers verify chains only (no ``forward_tree``): :func:`supports_trees` says which.
+``vocab_size`` / ``embed_size`` / ``describe()`` for the checks and cost profiles below. Trees take two more
+calls, offered where :func:`supports_trees` says so (both backends here):
+
+    logits = session.forward_tree(tokens, valid, pos, attend, base=session.length)  # -> [B, S, V]
+    session.keep_tail(start, idx, keep)  # per row, the slots start + idx[b, :c] become its next tokens
+
+``attend [B, S, length - base + S]`` bool: which of the tree's slots (fed since slot `base`, then the new
+ones) each new slot sees; every slot also sees its row's tokens before the tree.
 """
 from __future__ import annotations
 

@@ -31,9 +31,10 @@ def register(sub) -> None:
     p.add_argument("--batch-size", type=integer(1), default=1)
     p.add_argument("--repeats", type=integer(1), default=3)
     p.add_argument("--threads", type=integer(1), default=2, help="threads of torch and of llama.cpp (default 2)")
-    p.add_argument("--tree", default="auto", metavar="T1;T2;..",
+    p.add_argument("--tree", default=None, metavar="T1;T2;..",
                    help="tree speculation systems, ';'-separated: branching factors 3,2,1,1, a node budget N, "
-                        "auto; 'none' for no tree system (default auto)")
+                        "auto; 'none' for no tree system (default: auto on transformers, none on llama.cpp, "
+                        "where trees do not pay on a CPU: docs/llamacpp.md)")
     p.add_argument("--systems", help="comma-separated substrings selecting systems (default: all)")
     p.add_argument("--out", default="bench-out", help="directory for bench.json, bench.md and plots")
     p.add_argument("--seed", type=SEED, default=0)
@@ -109,13 +110,17 @@ def run(args: argparse.Namespace) -> int:
     gamma, gammas = parse_gamma(args.gamma), _gammas(args.gammas)
     if args.top_p <= 0:
         raise ValueError(f"--top-p must be in (0, 1], got {args.top_p}")
-    trees = () if args.tree == "none" else tuple(parse_tree(t) for t in args.tree.split(";") if t)
+    tree = args.tree
+    if tree is not None:  # parsed before anything is loaded
+        trees = () if tree == "none" else tuple(parse_tree(t) for t in tree.split(";") if t)
     _check_out_dir(args.out)
-    _check_systems(args.systems, gamma if isinstance(gamma, int) else 4, gammas, trees)
     if args.prompts:  # read (and checked) before any model loads
         check_in_file("--prompts", args.prompts)
     pair = _pair(args)
     backend = backend_for(args, args.target)
+    if tree is None:  # trees are a system of their own on transformers; on llama.cpp's CPU they do not pay
+        trees = () if backend == "llamacpp" else (parse_tree("auto"),)
+    _check_systems(args.systems, gamma if isinstance(gamma, int) else 4, gammas, trees)
     prompts = load_prompts(args.prompts) if args.prompts else pair_prompts(pair or "stdlib")
     chat = args.chat if args.chat is not None else bool(pair and is_chat(pair))
     torch.set_num_threads(args.threads)
@@ -139,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
                           top_p=args.top_p,
                           gamma=gamma, batch_size=args.batch_size, repeats=args.repeats, seed=args.seed,
                           systems=args.systems.split(",") if args.systems else None, gammas=gammas,
-                          trees=trees if backend == "transformers" else (),
+                          trees=trees,
                           peers=backend == "llamacpp" and args.peers)
         try:
             report = run_bench(target, draft, tokenizer, cfg, events=lambda info: _event(progress, cfg, info))
