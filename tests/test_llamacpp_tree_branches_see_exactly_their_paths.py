@@ -19,8 +19,9 @@ class _Model:
 class _Cells:
     """A unified KV cache of labelled cells; `seen` records, per fed token, the labels its query sees."""
 
-    def __init__(self, n_seq):
-        self.n_seq, self.cells, self.seen = n_seq, [], []
+    def __init__(self, n_seq, n_batch=512):
+        self.n_seq, self.n_batch, self.cells, self.seen = n_seq, n_batch, [], []
+        self.fail = False  # the next decode fails (as llama_decode may, e.g. with no cell left)
 
     def _max(self, s):
         return max((p for p, ids, _ in self.cells if s in ids), default=-1)
@@ -29,6 +30,10 @@ class _Cells:
         return min((p for p, ids, _ in self.cells if s in ids), default=-1)
 
     def decode(self, tokens, pos, seq, flags, counts=None):
+        if self.fail:
+            self.fail = False
+            raise RuntimeError("llama_decode returned 1")
+        assert counts is None or len(tokens) <= self.n_batch, "sets of ids are fed in one decode"
         sets = [[int(s)] for s in seq] if counts is None else [list(map(int, r[:c])) for r, c in zip(seq, counts)]
         # llama.cpp's batch checks (llama_batch_allocr::init)
         for s in {x for st in sets for x in st}:
@@ -61,8 +66,8 @@ class _Cells:
         self.cells = [c for c in self.cells if c[1]]
 
 
-def _session(rows):
-    ctx = _Cells(rows * 9)
+def _session(rows, n_batch=512):
+    ctx = _Cells(rows * 9, n_batch)
     return LlamaCppSession(_Model(), ctx, rows), ctx
 
 
@@ -209,3 +214,36 @@ def test_a_mask_that_is_not_a_tree_and_misuse_are_clear_errors():
     assert not s._free  # eight forks: every spare id in use, and back once the tree ends
     s.keep_tail(s._tree.base, torch.tensor([[0, 9]]), torch.ones(1, 2, dtype=torch.bool))
     assert len(s._free) == 8 and s.n.tolist() == [7]
+
+
+def _state(s, ctx):
+    return (s._tree is None, sorted(s._free), s.n.tolist(), s.length,
+            sorted((p, tuple(sorted(ids)), lab) for p, ids, lab in ctx.cells))
+
+
+def test_a_failed_call_leaves_the_session_and_its_cells_as_they_were():
+    s, ctx = _session(2, n_batch=8)
+    s.forward(torch.tensor([[1, 2, 3], [4, 5, 6]]), torch.ones(2, 3, dtype=torch.bool))
+    par = torch.tensor([[-1, 0, 0, 1, 2]] * 2)
+    from exactspec.engine.treedraft import ancestors
+
+    att, ok = ancestors(par), torch.ones(2, 5, dtype=torch.bool)
+    pos = torch.tensor([[3, 4, 4, 5, 5]] * 2)
+    tok = torch.tensor([[10, 11, 12, 13, 14], [20, 21, 22, 23, 24]])
+    before = _state(s, ctx)
+    with pytest.raises(ValueError, match="10 tree tokens over all rows in one llama.cpp decode, at most 8"):
+        s.forward_tree(tok, ok, pos, att, base=s.length)
+    assert _state(s, ctx) == before
+    ctx.fail = True  # the decode itself fails after the forks took their cells
+    with pytest.raises(RuntimeError, match="llama_decode"):
+        s.forward_tree(tok[:, :4], ok[:, :4], pos[:, :4], att[:, :4, :4], base=s.length)
+    assert _state(s, ctx) == before
+    s.forward_tree(tok[:, :4], ok[:, :4], pos[:, :4], att[:, :4, :4], base=s.length)  # and it works after
+    mid = _state(s, ctx)
+    with pytest.raises(ValueError, match="not a path"):  # row 1's path is wrong: row 0 must not change either
+        s.keep_tail(s._tree.base, torch.tensor([[0, 2], [0, 3]]), torch.ones(2, 2, dtype=torch.bool))
+    assert _state(s, ctx) == mid
+    with pytest.raises(ValueError, match="idx and keep must be"):
+        s.keep_tail(s._tree.base, torch.tensor([[0, 2]]), torch.ones(1, 2, dtype=torch.bool))
+    s.keep_tail(s._tree.base, torch.tensor([[0, 2], [0, 1]]), torch.ones(2, 2, dtype=torch.bool))
+    assert s.n.tolist() == [5, 5] and sorted(s._free) == list(range(2, 18))

@@ -124,9 +124,24 @@ def test_tree_speculation_samples_the_law_of_the_backends_own_logits(tiny, tree,
 
 def test_a_long_tree_run_leaves_no_cell_behind(tiny):
     """220 new tokens in a context of 256 + 512 cells: ~9 cells a step for ~100 steps would overflow it if the
-    rejected nodes' cells were not freed (llama_decode would find no cell)."""
-    gen = SpeculativeGenerator(tiny["target"], tiny["draft"])
+    rejected nodes' cells were not freed (llama_decode would find no cell). Fresh models: a context sized for
+    an earlier, larger batch would hide a leak."""
+    from exactspec.backends.llamacpp import LlamaCppLM
+
+    target, draft = (LlamaCppLM(tiny[k], threads=1, n_ctx=256) for k in ("t_gguf", "d_gguf"))
+    gen = SpeculativeGenerator(target, draft)
     ids = torch.tensor([[5, 17, 42, 8]])
     out = gen.generate(ids, max_new_tokens=220, do_sample=True, seed=1, tree=8, eos_token_id=[])
     assert out.sequences.shape[1] == 4 + 220
     assert out.stats.target_calls > 60  # enough steps that leaked cells would have run out
+
+
+def test_a_model_rebuilds_its_context_for_a_larger_batch(tiny):
+    """A context is kept between runs while it is large enough: in sequence ids and in cells alike."""
+    from exactspec.backends.llamacpp import LlamaCppLM
+
+    m = LlamaCppLM(tiny["t_gguf"], threads=1, n_ctx=64)
+    open_session(m, 4, target=True)
+    s = open_session(m, 16, target=True)
+    ids = torch.randint(1, m.vocab_size, (16, 60), generator=torch.Generator().manual_seed(0))
+    assert s.forward(ids, torch.ones_like(ids, dtype=torch.bool)).shape == (16, 60, m.vocab_size)

@@ -139,11 +139,11 @@ class LlamaCppLM(GenerationMixin):
         if rows > 256:  # llama.cpp's LLAMA_MAX_SEQ: a larger n_seq_max is refused
             raise ValueError(f"input_ids: the llama.cpp backend runs at most 256 rows at once, got {rows}")
         n_seq = min(256, rows * (1 + TREE_IDS))  # each row's sequence, and ids for the branches of its trees
-        if self._ctx is None or self._ctx.n_seq < n_seq:
+        cells = rows * self.n_ctx + 512  # (+ a batch of cells for a tree's rejected nodes)
+        if self._ctx is None or self._ctx.n_seq < n_seq or self._ctx.n_ctx < cells:
             if self._ctx is not None:
                 self._ctx.close()
-            self._ctx = Context(self._model, self.vocab_size, n_seq=n_seq, n_ctx=rows * self.n_ctx + 512,
-                                threads=self.threads)  # (+ a batch of cells for a tree's rejected nodes)
+            self._ctx = Context(self._model, self.vocab_size, n_seq=n_seq, n_ctx=cells, threads=self.threads)
         self._ctx.clear()
         if self._session is not None:
             self._session._ended = True
@@ -342,11 +342,17 @@ class LlamaCppSession:
         if self._tree is not None and base != self._tree.base:
             raise ValueError(f"forward_tree: the open tree began at slot {self._tree.base}, not {base}")
         b, s = tokens.shape
+        if valid.shape != tokens.shape or pos.shape != tokens.shape or b != len(self.seq):
+            raise ValueError(f"forward_tree: tokens, valid and pos must be [B, S] with B = {len(self.seq)} rows, "
+                             f"got {list(tokens.shape)}, {list(valid.shape)}, {list(pos.shape)}")
         if attend.shape != (b, s, self._len - base + s):
             raise ValueError(f"forward_tree: attend must be [B, S, length - base + S] = {[b, s, self._len - base + s]}"
                              f", got {list(attend.shape)}")
         ok = valid.numpy(force=True).astype(bool)
         p = pos.numpy(force=True).astype(np.int64)
+        if int(ok.sum()) > self._ctx.n_batch:  # one decode: its sequence-id sets cannot be split
+            raise ValueError(f"tree: {int(ok.sum())} tree tokens over all rows in one llama.cpp decode, at most "
+                             f"{self._ctx.n_batch}; a smaller tree or fewer rows")
         if int(np.where(ok, p, 0).max(initial=0)) >= self.model.n_ctx:
             raise ValueError(f"a row would exceed the llama.cpp context of {self.model.n_ctx} tokens "
                              "(LlamaCppLM(n_ctx=...))")
@@ -357,7 +363,7 @@ class LlamaCppSession:
             self._tree = Episode(base, len(self.seq), self.n)
         try:
             raw = feed_tree(self, tok, ok, p, attend.numpy(force=True).astype(bool))
-        except ValueError:  # raised before anything was fed
+        except BaseException:  # (feed_tree leaves nothing of a failed call behind)
             if opened:
                 self._tree = None
             raise
@@ -374,6 +380,9 @@ class LlamaCppSession:
 
         self._live(tree=True)
         k = keep.numpy(force=True).astype(bool)
+        if idx.shape != keep.shape or k.ndim != 2 or k.shape[0] != len(self.seq):
+            raise ValueError(f"keep_tail: idx and keep must be [B, W] with B = {len(self.seq)} rows, got "
+                             f"{list(idx.shape)} and {list(keep.shape)}")
         w = k.shape[1]
         if self._tree is None:
             if w and k.any():

@@ -76,33 +76,41 @@ def feed_tree(session, tokens: np.ndarray, valid: np.ndarray, pos: np.ndarray, a
     episode's slots and the new ones) in one decode. Returns the logits of the valid slots `[n_valid, V]`,
     row-major. The session holds `_tree` (the :class:`Episode`), `_free` (spare ids), `seq`, `_ctx`.
     Everything is checked before anything changes: a ValueError leaves the session as it was."""
-    ep = session._tree
+    ep, ctx = session._tree, session._ctx
     b, s = tokens.shape
     free = list(session._free)
-    plans = [_plan_row(ep, r, attend[r], valid[r], pos[r], int(session.seq[r]), free, session._ctx.n_seq)
+    plans = [_plan_row(ep, r, attend[r], valid[r], pos[r], int(session.seq[r]), free, ctx.n_seq)
              for r in range(b)]
-    session._free = free
     copies, sets = [], []
     for r, (par, chain, vis, bid, taken, root_taken, fresh, cp) in enumerate(plans):
         t = len(ep.bid[r])
         for j in np.flatnonzero(valid[r]):  # own id first, then the ids forked below it in this call
             sets.append([int(bid[t + j])] + [int(bid[t + d]) for d in fresh if vis[d, t + j]])
+        copies += cp
+    n = len(sets)  # tokens fed
+    raw = np.empty((0, session._vocab), np.float32)
+    try:
+        for src, dst, end in copies:  # before the decode: the forks take the cells cached so far
+            ctx.copy(src, dst, end)
+        if n:
+            ids = np.zeros((n, max(len(x) for x in sets)), np.int32)
+            counts = np.array([len(x) for x in sets], np.int32)
+            for i, x in enumerate(sets):
+                ids[i, :len(x)] = x
+            raw = ctx.decode(tokens[valid].astype(np.int32), pos[valid].astype(np.int32), ids,
+                             np.ones(n, np.int8), counts)
+    except BaseException:  # nothing of this call stays: its forks own no cell, their ids stay free
+        for _, dst, _ in copies:
+            ctx.remove(dst, 0)
+        raise
+    session._free = free  # the call happened: record it
+    for r, (par, chain, vis, bid, taken, root_taken, fresh, cp) in enumerate(plans):
+        t = len(ep.bid[r])
         ep.pos[r] = np.concatenate([ep.pos[r], pos[r]])
         ep.bid[r], ep.parent[r], ep.taken[r], ep.chain[r] = bid, np.concatenate([ep.parent[r], par]), taken, chain
         ep.root_taken[r] = root_taken
         ep.fresh[r] += [int(bid[t + d]) for d in fresh]
-        copies += cp
-    for src, dst, end in copies:  # before the decode: the forks take the cells cached so far
-        session._ctx.copy(src, dst, end)
-    n = len(sets)  # tokens fed
-    if n == 0:
-        return np.empty((0, session._vocab), np.float32)
-    ids = np.zeros((n, max(len(x) for x in sets)), np.int32)
-    counts = np.array([len(x) for x in sets], np.int32)
-    for i, x in enumerate(sets):
-        ids[i, :len(x)] = x
-    return session._ctx.decode(tokens[valid].astype(np.int32), pos[valid].astype(np.int32), ids,
-                               np.ones(n, np.int8), counts)
+    return raw
 
 
 def _plan_row(ep: Episode, r: int, att, ok, pos, row_seq: int, free: list, n_seq: int):
@@ -135,34 +143,34 @@ def _plan_row(ep: Episode, r: int, att, ok, pos, row_seq: int, free: list, n_seq
 
 def keep_path(session, idx: np.ndarray, keep: np.ndarray) -> np.ndarray:
     """Row r keeps the slots `idx[r, :c]` (`keep [B, W]`, a prefix of c per row) of the episode: a path from
-    the tree's first depth down. Returns the new lengths `[B]`; the episode's ids go back to the pool."""
-    ep = session._tree
-    n = session.n.copy()
+    the tree's first depth down. Returns the new lengths `[B]`; the episode's ids go back to the pool.
+    Every row is checked before any cell changes: a ValueError leaves the session as it was."""
+    ep, ctx = session._tree, session._ctx
+    paths = []
     for r in range(len(session.seq)):
         c = int(keep[r].sum())
         if not keep[r, :c].all():
             raise ValueError("keep_tail: each row keeps a prefix of its listed slots")
         path = idx[r, :c]
-        if c and ((path < 0).any() or (path >= ep.slots).any()):
+        if c and ((path < 0).any() or (path >= len(ep.bid[r])).any()):
             raise ValueError("keep_tail: a kept slot is not a slot of this tree")
-        chain_ok = all(int(ep.parent[r][x]) == (int(path[i - 1]) if i else -1) and int(ep.bid[r][x]) >= 0
-                       for i, x in enumerate(path.tolist()))
-        if not chain_ok:
+        if not all(int(ep.parent[r][x]) == (int(path[i - 1]) if i else -1) and int(ep.bid[r][x]) >= 0
+                   for i, x in enumerate(path.tolist())):
             raise ValueError("keep_tail: the kept slots are not a path from the tree's top (the llama.cpp "
                              "backend keeps a root-to-node path of a tree)")
-        seq, start = int(session.seq[r]), int(ep.start[r])
-        ctx = session._ctx
+        paths.append(path)
+    n = session.n.copy()
+    for r, path in enumerate(paths):
+        seq, start, c = int(session.seq[r]), int(ep.start[r]), len(path)
         if c == 0:
             ctx.remove(seq, start)
         else:
-            deep, end = int(path[-1]), start + c
-            owner = int(ep.bid[r][deep])
-            if owner == seq:
-                ctx.remove(seq, end)
-            else:
+            owner = int(ep.bid[r][int(path[-1])])
+            if owner == seq:  # the kept path is the row's own branch: drop what lies beyond it
+                ctx.remove(seq, start + c)
+            else:  # the row's sequence takes the kept branch's cells (below `start` they are its own already)
                 ctx.remove(seq, start)
-                ctx.copy(owner, seq, end)
-                # (positions below `start` of owner are the row's own cells already)
+                ctx.copy(owner, seq, start + c)
         for f in ep.fresh[r]:
             ctx.remove(f, 0)
             session._free.append(f)
