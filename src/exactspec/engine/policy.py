@@ -63,7 +63,7 @@ class FixedPolicy:
     def more(self, i: int) -> bool:
         return True
 
-    def trim(self, found: list[int]) -> int:
+    def trim(self, found: list[int], confidence: list[list[float]] | None = None) -> int:
         return max(found, default=0)
 
     def observe(self, draft, accepted: torch.Tensor) -> None:
@@ -133,6 +133,11 @@ class AcceptanceModel:
         """Expected acceptance of a position not drafted yet: bins weighed by how often they occur."""
         total = sum(self.seen)
         return self.pooled if total <= 0 else sum(s * r for s, r in zip(self.seen, self.rates())) / total
+
+    def best(self) -> float:
+        """The highest estimate among the bins that occurred (the pooled rate before any did)."""
+        rates = self.rates()
+        return max((r for s, r in zip(self.seen, rates) if s > 0), default=self.pooled)
 
     def uncertainty(self, z: float = 1.0) -> tuple[float, float]:
         """`z` standard errors of the pooled rate and of the continuation rate: sqrt(p (1 - p) / (n + weight
@@ -263,7 +268,10 @@ class AdaptivePolicy:
         steps, where nothing is verified, asks it once, not once per step."""
         if self._planned is None or self._planned_for is not self.model:  # (a model swapped in counts as new)
             self._planned_for = self.model
-            alpha, later = self.model.mean(), self.model.continuation()
+            # A model-free drafter's lookup is free and trim() decides each step by its match, so it looks
+            # while the best kind of match it has met pays; a model drafter's positions come as they come.
+            alpha = self.model.best() if self.free_draft else self.model.mean()
+            later = self.model.continuation()
             k, rate = self.best_length(alpha, later)
             if k and self.state.seconds > 0:  # adapting beats the best fixed length: hold drafting to its rate
                 rate = max(rate, self.state.tokens / self.state.seconds)
@@ -389,12 +397,14 @@ class AdaptivePolicy:
             self.early_stops += sum(al and c > i for al, c in zip(self._alive, self._caps))
         return go
 
-    def trim(self, found: list[int]) -> int:
+    def trim(self, found: list[int], confidence: list[list[float]] | None = None) -> int:
         """How many of its found tokens each row drafts, for a model-free drafter (prompt lookup), which finds
         every row's continuation (`found [B]`: lengths, within this step's caps) before any is verified, for
         free: the width L that maximises the step's expected tokens over its price,
-        (B + sum_b E(min(L, found_b))) / step_time(L), E(m) = a1 (1 + a + .. + a^(m-1)) with a1 the first
-        position's rate and a the continuation rate; L = 0 is a plain step (a probe keeps 1).
+        (B + sum_b E_b(min(L, found_b))) / step_time(L), E_b(m) = r_1 + r_1 r_2 + .. + r_1 .. r_m with r_j
+        position j's rate: its bin's estimate when `confidence [B][found_b]` says what each found token is
+        (prompt lookup: its match's length and its distance from it), else the model's mean for the first
+        and its continuation rate for the others; L = 0 is a plain step (a probe keeps 1).
 
         The step is as wide as its longest row, and rows that found nothing pay for that width too. Pricing
         each row as if it drafted alone (the caps of next_lengths) made batch-4 steps 5 wide whenever one
@@ -404,10 +414,27 @@ class AdaptivePolicy:
         top = max(found, default=0)
         if top == 0:
             return 0
-        a1, a = self._alpha, self._later
+        width_max = min(top, self.max_gamma)
+        if confidence is None:
+            rates = [[self._alpha] + [self._later] * (width_max - 1)] * len(found)
+        else:  # each row's tokens at their bins' rates; the first tokens seen weigh mean() and best()
+            firsts = [c[0] for c, f in zip(confidence, found) if f]
+            new_bin = any(self.model.seen[b] <= 0 for b in self.model.bins(firsts))
+            self.model.see(firsts)
+            if new_bin:  # best() may change (mean() is not what a model-free drafter's plan reads)
+                self._planned = None
+            rates = [self.model.predict(c[:width_max]) for c in confidence]
+        cum = []  # per row: E_b(m) for m = 0 .. width_max
+        for r in rates:
+            e, p, row = 0.0, 1.0, [0.0]
+            for x in r:
+                p *= x
+                e += p
+                row.append(e)
+            cum.append(row)
         best, rate = 0, len(found) / self._step[0]
-        for width in range(1, min(top, self.max_gamma) + 1):
-            e = sum(a1 * (1.0 - a ** m) / (1.0 - a) if a < 1.0 else a1 * m for m in (min(width, f) for f in found))
+        for width in range(1, width_max + 1):
+            e = sum(row[min(width, f, len(row) - 1)] for row, f in zip(cum, found))
             r = (len(found) + e) / self._step[width]
             if r > rate * (1 + 1e-9):
                 best, rate = width, r
