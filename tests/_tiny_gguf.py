@@ -120,3 +120,23 @@ def chi_square_p(counts: np.ndarray, expected: np.ndarray) -> float:
     exp = np.append(expected[big], expected[~big].sum())
     keep = exp > 0
     return float(chisquare(obs[keep], exp[keep] * obs[keep].sum() / exp[keep].sum()).pvalue)
+
+
+def assert_two_tokens_follow_the_law(gen, target, *, rows: int, runs: int, temperature: float, top_p: float,
+                                     **kwargs) -> None:
+    """Draw the first two new tokens `rows` x `runs` times with `gen.generate(..., **kwargs)` (seeds 0..runs-1)
+    and check both against the exact law from `target`'s own logits (chi-square), and that the test can tell
+    the second token's law from the first's."""
+    prompt = [5, 17, 42, 8, 99, 23]
+    p1, p2 = law_of_two_tokens(target, prompt, temperature, top_p)
+    ids, draws = torch.tensor([prompt] * rows), []
+    for seed in range(runs):
+        out = gen.generate(ids, max_new_tokens=2, do_sample=True, temperature=temperature, top_k=0, top_p=top_p,
+                           eos_token_id=[], seed=seed, **kwargs)
+        draws += out.sequences[:, -2:].tolist()
+    v = target.vocab_size
+    first = np.bincount([a for a, _ in draws], minlength=v)
+    assert chi_square_p(first, p1.numpy() * len(draws)) > 1e-3
+    second = np.bincount([b for _, b in draws], minlength=v)  # its law: sum over x1 of p1(x1) p2(. | x1)
+    assert chi_square_p(second, (p1 @ p2).numpy() * len(draws)) > 1e-3
+    assert chi_square_p(second, p1.numpy() * len(draws)) < 1e-3  # the test can tell two laws apart

@@ -7,13 +7,12 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 import torch
 
 pytest.importorskip("llama_cpp")
 
-from _tiny_gguf import chi_square_p, gguf_of, law_of_two_tokens, llama_dir, tiny_pair, tokenizer_dir  # noqa: E402
+from _tiny_gguf import assert_two_tokens_follow_the_law, gguf_of, llama_dir, tiny_pair, tokenizer_dir  # noqa: E402
 
 from exactspec import SpeculativeGenerator  # noqa: E402
 from exactspec.backends.llamacpp import LlamaCppLM  # noqa: E402
@@ -100,21 +99,9 @@ def test_greedy_on_llamacpp_equals_its_own_target_alone_loop(tiny, gamma, method
 
 @pytest.mark.parametrize("temperature,top_p,method", [(1.0, 1.0, "token"), (0.7, 0.9, "block")])
 def test_first_tokens_follow_the_law_of_the_backends_own_logits(tiny, temperature, top_p, method):
-    prompt = [5, 17, 42, 8, 99, 23]
-    p1, p2 = law_of_two_tokens(tiny["target"], prompt, temperature, top_p)
-    gen = SpeculativeGenerator(tiny["target"], tiny["draft"])
-    rows, draws = 64, []
-    ids = torch.tensor([prompt] * rows)
-    for seed in range(12):  # 768 draws, batched 64 rows at a time
-        out = gen.generate(ids, max_new_tokens=2, do_sample=True, temperature=temperature, top_k=0, top_p=top_p,
-                           gamma=2, method=method, eos_token_id=[], seed=seed)
-        draws += out.sequences[:, -2:].tolist()
-    v = tiny["target"].vocab_size
-    first = np.bincount([a for a, _ in draws], minlength=v)
-    assert chi_square_p(first, p1.numpy() * len(draws)) > 1e-3
-    second = np.bincount([b for _, b in draws], minlength=v)  # its law: sum over x1 of p1(x1) p2(. | x1)
-    assert chi_square_p(second, (p1 @ p2).numpy() * len(draws)) > 1e-3
-    assert chi_square_p(second, p1.numpy() * len(draws)) < 1e-3  # the test can tell two laws apart
+    gen = SpeculativeGenerator(tiny["target"], tiny["draft"])  # 768 draws, batched 64 rows at a time
+    assert_two_tokens_follow_the_law(gen, tiny["target"], rows=64, runs=12, temperature=temperature, top_p=top_p,
+                                     gamma=2, method=method)
 
 
 def test_bad_files_a_vocabulary_mismatch_and_bad_use_give_one_clear_error(tiny, tmp_path):

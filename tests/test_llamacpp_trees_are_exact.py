@@ -4,13 +4,12 @@ speculation is greedy-equal to the backend's target-alone loop and samples the l
 (chi-square); a long run leaves no KV cell behind."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
 pytest.importorskip("llama_cpp")
 
-from _tiny_gguf import chi_square_p, law_of_two_tokens, tiny_pair  # noqa: E402
+from _tiny_gguf import assert_two_tokens_follow_the_law, tiny_pair  # noqa: E402
 
 from exactspec import SpeculativeGenerator  # noqa: E402
 from exactspec.backends.seam import open_session  # noqa: E402
@@ -105,21 +104,9 @@ def test_tree_speculation_is_greedy_equal_to_the_target_alone_loop(tiny, tree):
 
 @pytest.mark.parametrize("tree,temperature,top_p", [((2, 2), 1.0, 1.0), (6, 0.7, 0.9)])
 def test_tree_speculation_samples_the_law_of_the_backends_own_logits(tiny, tree, temperature, top_p):
-    prompt = [5, 17, 42, 8, 99, 23]
-    p1, p2 = law_of_two_tokens(tiny["target"], prompt, temperature, top_p)
-    gen = SpeculativeGenerator(tiny["target"], tiny["draft"])
-    rows, draws = 32, []
-    ids = torch.tensor([prompt] * rows)
-    for seed in range(24):  # 768 draws, batched 32 rows at a time
-        out = gen.generate(ids, max_new_tokens=2, do_sample=True, temperature=temperature, top_k=0, top_p=top_p,
-                           tree=tree, eos_token_id=[], seed=seed)
-        draws += out.sequences[:, -2:].tolist()
-    v = tiny["target"].vocab_size
-    first = np.bincount([a for a, _ in draws], minlength=v)
-    assert chi_square_p(first, p1.numpy() * len(draws)) > 1e-3
-    second = np.bincount([b for _, b in draws], minlength=v)
-    assert chi_square_p(second, (p1 @ p2).numpy() * len(draws)) > 1e-3
-    assert chi_square_p(second, p1.numpy() * len(draws)) < 1e-3  # the test can tell two laws apart
+    gen = SpeculativeGenerator(tiny["target"], tiny["draft"])  # 768 draws, batched 32 rows at a time
+    assert_two_tokens_follow_the_law(gen, tiny["target"], rows=32, runs=24, temperature=temperature, top_p=top_p,
+                                     tree=tree)
 
 
 def test_a_long_tree_run_leaves_no_cell_behind(tiny):
