@@ -97,3 +97,20 @@ def test_the_margin_is_what_separates_tree_from_chain():
         assert runs == (not tree.is_chain and gain >= TREE_MARGIN)
         seen.add("chain is best" if tree.is_chain else "tree" if runs else "tree within the margin")
     assert seen == {"chain is best", "tree within the margin", "tree"}  # the sweep crosses all three
+
+
+def test_trees_slower_than_the_target_alone_give_way_to_the_chain_however_low_it_is_priced():
+    """The chain tree="auto" falls back to is gamma="auto"'s, which takes plain steps where drafting does not
+    pay: it is worth the target alone at least. Trees measured at 0.70x against a chain the program priced at
+    0.2x ran at 0.63x the target alone on llama.cpp (r4); now the chain runs."""
+    from exactspec.speed.treemath import optimal_tree
+
+    _, gen = _setup(CostModel(0.02, {1: 1.0, 17: 17.0}))  # width as dear as sequential steps
+    key = ("k",)
+    gen._tree_priors[key] = _table(0.2, 0.2)
+    chain = optimal_tree(gen._tree_priors[key], gen._cost_model(3).monotone(), 8, max_depth=8, max_branch=1)
+    assert chain.speedup < 0.7 / (1 + TREE_MARGIN)
+    gen._tree_speedup[(key, 3)] = 0.7
+    assert not auto_runs_tree(gen, 3, key)
+    gen._tree_speedup[(key, 3)] = 1.0 + 2 * TREE_MARGIN  # trees that beat the target alone by the margin run
+    assert auto_runs_tree(gen, 3, key)
