@@ -39,10 +39,6 @@ class Episode:
         self.chain = [np.zeros((0, 0), bool) for _ in range(rows)]
         self.fresh = [[] for _ in range(rows)]  # ids forked in this tree, freed by keep_path
 
-    @property
-    def slots(self) -> int:
-        return len(self.bid[0]) if self.bid else 0
-
 
 def _row(ep: Episode, b: int, att: np.ndarray, ok: np.ndarray, pos: np.ndarray):
     """Parents and the chain of row b's new slots; ValueError unless `att [S, T+S]` is a tree."""

@@ -34,10 +34,11 @@ class Draft:
     """One step's proposal. `tokens [B, K]` int64 (entries past `lengths[b]` are filler),
     `probs [B, K, V]` fp32 or None for one-hot q, `lengths [B]` int64; `confidence [B, K]` what the policy
     bins each position's acceptance by, a function of the prefix only: a model draft's top probability there,
-    prompt lookup's match length (:meth:`PromptLookupDrafter.confidence`), or None (every position alike), `calls` draft-model forward passes and
-    `first_call_time` the seconds of the first one's whole iteration (the cold call right after the target's
-    forward, with its q, the policy's look and the draw: what each later call's share of the draft time
-    holds too, so that calibrate's split into t_draft and t_draft_cold prices every call alike);
+    prompt lookup's match length and place (:meth:`PromptLookupDrafter.confidence`), or None (every position
+    alike); `calls` draft-model forward passes and `first_call_time` the seconds of the first one's whole
+    iteration (the cold call right after the target's forward, with its q, the policy's look and the draw:
+    what each later call's share of the draft time holds too, so that calibrate's split into t_draft and
+    t_draft_cold prices every call alike);
     `prefill_time` the seconds of a deferred prompt prefill inside this proposal (not drafting time)."""
 
     tokens: torch.Tensor
@@ -233,9 +234,9 @@ class PromptLookupDrafter:
         """What the policy bins the acceptance of a continuation's token at `position` (0-based) by: the
         matched suffix's length n, for the first token, the next two and the rest apart. A longer match is
         followed by its continuation far more often (first tokens kept after a 1-, 2- and 3-token match
-        0.14-0.32, 0.41-0.74 and 0.75-0.83 of the time: held-out and two unseen sets, greedy, γ = 5), and a
-        continuation's tokens are kept less often the further they lie from the match (a rate pooled over
-        all positions expected 5.6 tokens of a 3-token match's 10 and 2.9 were kept). The numbers are bin
+        0.14-0.32, 0.41-0.74 and 0.75-0.83 of the time: held-out and two unseen sets, greedy, γ = 5), and
+        each place gets its own measured rate rather than one assumed for all (a rate pooled over all
+        positions expected 5.6 of a 3-token match's 10 tokens to be kept, and 2.9 were). The numbers are bin
         keys of :class:`exactspec.engine.policy.AcceptanceModel`, not probabilities: first tokens in
         [0.15, 0.75], the next two in [0.8, 0.99], the rest in [0.0, 0.3). A function of the history only,
         so verification stays exact."""

@@ -40,6 +40,7 @@ from exactspec.verification.checks import check_real
 
 __all__ = ["FixedPolicy", "AdaptivePolicy", "AcceptanceModel", "DraftingState"]
 
+
 class FixedPolicy:
     """Every row drafts ``min(gamma, left)`` tokens; never stops early."""
 

@@ -1,6 +1,6 @@
 """Drafting a token tree with a draft model: one draft forward per depth, over that depth's whole frontier.
 
-The draft's KV cache (a :class:`~exactspec.backends.cache.SlotCache`) first takes the pending tokens (as in chain
+The draft's session (its KV cache: :mod:`exactspec.backends.seam`) first takes the pending tokens (as in chain
 drafting), giving q at the root. Then, depth by depth, the frontier nodes are fed in ONE forward with a
 tree attention mask (each sees the row's real tokens, its ancestors already in the cache, and itself)
 and position ids by depth; their children are drawn from the q each of them produces:

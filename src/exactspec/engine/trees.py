@@ -3,18 +3,20 @@
 One step, for the B rows still generating (:class:`TreeStepper`):
 
 1. :func:`exactspec.engine.treedraft.draft_tree` drafts a tree per row (one draft forward per depth);
-2. the target runs ONE forward over [pending, node_1 .. node_N] with a 4-D tree attention mask (a node
-   sees the row's real tokens, the pending token, its ancestors and itself) and position ids by depth;
+2. the target runs ONE forward over [pending, node_1 .. node_N] with a tree attention mask (a node sees the
+   row's real tokens, the pending token, its ancestors and itself) and position ids by depth: a 4-D mask on
+   transformers, a sequence id per branch on llama.cpp (:mod:`exactspec.backends.llamacpptree`);
 3. :func:`exactspec.verification.candidates.verify_tree` walks the tree with the exact multi-round rule ("deterministic"
    candidates under greedy decoding, "without_replacement" when sampling): per row the accepted path
    (any depth, any branch) and the token after it;
-4. both KV caches keep only the accepted path: its entries are moved into place per row
-   (:meth:`SlotCache.keep_tail`), nothing is recomputed.
+4. both KV caches keep only the accepted path (the session's ``keep_tail``: entries moved into place per
+   row, or the kept branch made the row's sequence), nothing is recomputed.
 
 ``tree`` (the argument of ``SpeculativeGenerator.generate``): a tuple of branching factors (a static
 tree), an int (a dynamic tree with that many nodes, EAGLE-2), or ``"auto"`` (the shape of
 :func:`exactspec.speed.treemath.optimal_tree` for the measured acceptance per (depth, rank) and the cost model,
-re-planned as the statistics grow; ``gamma="auto"``'s chain when trees do not pay: :mod:`exactspec.engine.treepolicy`). A chain of gamma tokens is the tree
+re-planned as the statistics grow; ``gamma="auto"``'s chain when trees do not pay:
+:mod:`exactspec.engine.treepolicy`). A chain of gamma tokens is the tree
 ``(1,) * gamma`` and runs through the same code.
 """
 from __future__ import annotations
@@ -68,7 +70,7 @@ def plan_of(tree) -> tuple:
 
 
 class TreeStepper:
-    """The tree step of the decoding loop, over the target's SlotCache and a DraftModelDrafter's state.
+    """The tree step of the decoding loop, over the target's session and a DraftModelDrafter's state.
 
     :meth:`step` drafts, verifies in one target call and returns what each row emitted;
     :meth:`commit` keeps the accepted paths in both caches; :meth:`select_rows` drops finished rows.
