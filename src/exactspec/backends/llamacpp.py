@@ -185,6 +185,15 @@ class LlamaCppLM(GenerationMixin):
 TREE_IDS = 64  # sequence ids per row for the branches of a tree (a context holds at most 256 ids)
 
 
+def _token_ids(tokens: torch.Tensor, vocab: int) -> np.ndarray:
+    """`tokens [B, S]` as llama.cpp takes them, int32, a copy; as in SlotCache, ids it cannot take feed 0."""
+    tok = tokens.numpy(force=True).astype(np.int64)
+    bad = tok.view(np.uint64) >= vocab  # (negative ids too)
+    if bad.any():
+        tok[bad] = 0
+    return tok.astype(np.int32)
+
+
 def ctypes_string(fn, model, size: int = 256) -> str:
     import ctypes
 
@@ -262,10 +271,7 @@ class LlamaCppSession:
         self._live()
         b, s = tokens.shape
         keep = s if not logits_to_keep else min(int(logits_to_keep), s)
-        tok = tokens.numpy(force=True).astype(np.int32).ravel()  # [B*S], a copy
-        bad = tok.view(np.uint32) >= self._vocab  # (negative ids too)
-        if bad.any():
-            tok[bad] = 0  # as SlotCache: ids it cannot take feed 0
+        tok = _token_ids(tokens, self._vocab).ravel()  # [B*S]
         if bool(valid.all()):  # the common case (every draft step, most verifications): no gather needed
             ar, seq, flags = self._dense(b, s, keep)
             counts, ok = s, None
@@ -356,8 +362,7 @@ class LlamaCppSession:
         if int(np.where(ok, p, 0).max(initial=0)) >= self.model.n_ctx:
             raise ValueError(f"a row would exceed the llama.cpp context of {self.model.n_ctx} tokens "
                              "(LlamaCppLM(n_ctx=...))")
-        tok = tokens.numpy(force=True).astype(np.int64)
-        tok = np.where((tok >= 0) & (tok < self._vocab), tok, 0)
+        tok = _token_ids(tokens, self._vocab)
         opened = self._tree is None
         if opened:
             self._tree = Episode(base, len(self.seq), self.n)
