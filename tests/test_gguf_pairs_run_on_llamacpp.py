@@ -39,6 +39,36 @@ def test_the_converter_writes_a_file_llamacpp_and_transformers_both_load(tmp_pat
     assert float((got - want).abs().max() / want.abs().max()) < 2e-3  # ggml's rounding (see the seam test)
 
 
+@pytest.mark.parametrize("outtype, tol", [("q8_0", 0.03), ("q4_0", 0.25)])
+def test_the_converter_writes_llamacpps_block_quantizations(tmp_path, outtype, tol):
+    """--outtype q8_0 / q4_0: llama.cpp reads the file as that type, smaller than f16, with logits near the f32
+    file's (quantization error, not a wrong layout: a permutation or transposition mistake gives O(1) errors)."""
+    from exactspec.pairs.gguf import convert_to_gguf, main
+
+    hf_dir = llama_dir(tmp_path / "hf", seed=5, tok_dir=tokenizer_dir(tmp_path / "tok"))
+    ref = gguf_of(hf_dir, tmp_path / "f32.gguf", outtype="f32")
+    assert main([str(hf_dir), str(tmp_path / "q.gguf"), "--outtype", outtype]) == 0  # the CLI's choice
+    f16 = convert_to_gguf(hf_dir, tmp_path / "f16.gguf", "f16")
+    quant = LlamaCppLM(tmp_path / "q.gguf", threads=1)
+    assert outtype.upper() in quant.description and (tmp_path / "q.gguf").stat().st_size < f16.stat().st_size
+    ids = torch.randint(1, quant.vocab_size, (1, 20), generator=torch.Generator().manual_seed(0))
+    ones = torch.ones_like(ids, dtype=torch.bool)
+    want = open_session(LlamaCppLM(ref, threads=1), 1, target=True).forward(ids, ones)
+    got = open_session(quant, 1, target=True).forward(ids, ones)
+    err = float((got - want).abs().max() / want.abs().max())
+    assert 0 < err < tol, err  # (not 0: the weights really were quantized)
+    with pytest.raises(ValueError, match="outtype must be one of"):
+        convert_to_gguf(hf_dir, tmp_path / "x.gguf", "q5_k")
+
+
+def test_a_block_quantization_of_rows_not_a_multiple_of_32_is_a_clear_error(tmp_path):
+    from exactspec.pairs.gguf import convert_to_gguf
+
+    hf_dir = llama_dir(tmp_path / "hf", seed=5, hidden=48, tok_dir=tokenizer_dir(tmp_path / "tok"))
+    with pytest.raises(ValueError, match="not a multiple of 32"):
+        convert_to_gguf(hf_dir, tmp_path / "q.gguf", "q8_0")
+
+
 def _greedy_equal(target, draft, ids, n: int):
     out = SpeculativeGenerator(target, draft).generate(ids, max_new_tokens=n, do_sample=False, eos_token_id=[])
     alone = target_alone_loop(target, ids, torch.ones_like(ids), max_new_tokens=n, temperature=0, seed=0)

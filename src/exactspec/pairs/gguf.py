@@ -1,6 +1,6 @@
 """A Hugging Face Llama checkpoint written as a GGUF file that llama.cpp (and transformers) load.
 
-    python -m exactspec.pairs.gguf HF_DIR OUT.gguf [--outtype f16|f32]
+    python -m exactspec.pairs.gguf HF_DIR OUT.gguf [--outtype f16|f32|q8_0|q4_0]
 
 Tensor layout as llama.cpp's own converter (`convert_hf_to_gguf.py`, LlamaModel): q_proj / k_proj rows are
 permuted from Hugging Face's rotate-half order to llama.cpp's interleaved RoPE order; 1-D tensors (norms)
@@ -109,9 +109,33 @@ def _add_tokenizer(w, hf_dir: Path, vocab_size: int, pre_name: str = "trillion")
     w.add_add_eos_token(False)
 
 
+_QTYPES = ("f32", "f16", "q8_0", "q4_0")
+
+
+def _file_type(gguf, qtype: str):
+    """The GGUF file-type field of a file whose matrices are `qtype`."""
+    return {"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16,
+            "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0, "q4_0": gguf.LlamaFileType.MOSTLY_Q4_0}[qtype]
+
+
+def _put(w, name: str, t: np.ndarray, qtype: str) -> None:
+    """Add tensor `t` to the writer `w` as `qtype`; 1-D tensors (norms) stay f32, as in every llama.cpp file."""
+    import gguf
+
+    t = np.ascontiguousarray(t.astype(np.float32))
+    if t.ndim < 2 or qtype == "f32":
+        w.add_tensor(name, t)
+    elif qtype == "f16":
+        w.add_tensor(name, t.astype(np.float16))
+    else:
+        qt = getattr(gguf.GGMLQuantizationType, qtype.upper())
+        w.add_tensor(name, gguf.quants.quantize(t, qt), raw_dtype=qt)  # byte shape: rows kept
+
+
 def convert_to_gguf(hf_dir: str | Path, out_path: str | Path, outtype: str = "f16", pre: str = "trillion") -> Path:
     """Write the Llama checkpoint in `hf_dir` (safetensors, config.json, tokenizer.json) as a GGUF file at
-    `out_path`, weights in `outtype` ("f32" or "f16"; norms stay f32). Returns `out_path`."""
+    `out_path`, weights in `outtype` ("f32", "f16", or llama.cpp's "q8_0" / "q4_0" block quantizations, which
+    need rows of a multiple of 32; norms stay f32). Returns `out_path`."""
     import gguf
     from safetensors.numpy import load_file
 
@@ -131,8 +155,8 @@ def convert_to_gguf(hf_dir: str | Path, out_path: str | Path, outtype: str = "f1
         raise ValueError(f"rope_type {rope_type!r} not handled by this small converter")
     if cfg.get("attention_bias") or cfg.get("mlp_bias"):
         raise ValueError("bias tensors not handled by this small converter")
-    if outtype not in ("f32", "f16"):
-        raise ValueError("outtype must be f32 or f16")
+    if outtype not in _QTYPES:
+        raise ValueError(f"outtype must be one of {', '.join(_QTYPES)}, got {outtype!r}")
 
     sd = {}
     for f in sorted(hf_dir.glob("*.safetensors")):
@@ -148,7 +172,7 @@ def convert_to_gguf(hf_dir: str | Path, out_path: str | Path, outtype: str = "f1
 
     w = gguf.GGUFWriter(str(out_path), "llama")
     w.add_name(hf_dir.resolve().name)
-    w.add_file_type(gguf.LlamaFileType.ALL_F32 if outtype == "f32" else gguf.LlamaFileType.MOSTLY_F16)
+    w.add_file_type(_file_type(gguf, outtype))
     w.add_vocab_size(cfg["vocab_size"])
     w.add_context_length(cfg.get("max_position_embeddings", 2048))
     w.add_embedding_length(hidden)
@@ -173,10 +197,9 @@ def convert_to_gguf(hf_dir: str | Path, out_path: str | Path, outtype: str = "f1
             t = permute_rope(t, n_head)
         elif hf_name.endswith("k_proj.weight"):
             t = permute_rope(t, n_head_kv)
-        # like convert_hf_to_gguf.py: 1-D tensors (norms) stay f32 in f16 files
-        if outtype == "f16" and t.ndim >= 2:
-            t = t.astype(np.float16)
-        w.add_tensor(gg_name, np.ascontiguousarray(t))
+        if outtype.startswith("q") and t.ndim >= 2 and t.shape[-1] % 32:
+            raise ValueError(f"outtype {outtype}: {hf_name} has rows of {t.shape[-1]} values, not a multiple of 32")
+        _put(w, gg_name, t, outtype)
 
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -249,7 +272,6 @@ def _cached(name: str, what: str, build, **meta) -> Path:
 
 
 # ------------------------------------------------------------------------------------ the smollm2 draft
-_QTYPES = ("f32", "f16", "q8_0", "q4_0")
 
 
 def export_smollm2_draft(out_path, layers: str = "q8_0", head: str = "q4_0", target_gguf=None,
@@ -289,21 +311,10 @@ def export_smollm2_draft(out_path, layers: str = "q8_0", head: str = "q4_0", tar
         w.add_key_value(field.name, field.contents(), field.types[0], sub)
     w.add_name("exactspec smollm2 draft")
     w.add_block_count(n_layers)
-    w.add_file_type({"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16,
-                     "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0, "q4_0": gguf.LlamaFileType.MOSTLY_Q4_0}[layers])
+    w.add_file_type(_file_type(gguf, layers))
     w.add_array(DRAFT_TOKEN_IDS_KEY, token_ids.astype(np.int32).tolist())
     n_head = int(src.get_field("llama.attention.head_count").contents())
     n_head_kv = int(src.get_field("llama.attention.head_count_kv").contents())
-
-    def put(name: str, t: np.ndarray, qtype: str) -> None:
-        t = np.ascontiguousarray(t.astype(np.float32))
-        if t.ndim < 2 or qtype == "f32":  # norms stay f32, as in every llama.cpp file
-            w.add_tensor(name, t)
-        elif qtype == "f16":
-            w.add_tensor(name, t.astype(np.float16))
-        else:
-            qt = getattr(gguf.GGMLQuantizationType, qtype.upper())
-            w.add_tensor(name, gguf.quants.quantize(t, qt), raw_dtype=qt)  # byte shape: rows kept
 
     emb = next(t for t in src.tensors if t.name == "token_embd.weight")
     w.add_tensor(emb.name, np.asarray(emb.data), raw_dtype=emb.tensor_type)  # as stored, bytes unchanged
@@ -315,10 +326,10 @@ def export_smollm2_draft(out_path, layers: str = "q8_0", head: str = "q4_0", tar
             t = permute_rope(t.astype(np.float32), n_head)
         elif hf_name.endswith("k_proj.weight"):
             t = permute_rope(t.astype(np.float32), n_head_kv)
-        put(names[hf_name], t, layers)
+        _put(w, names[hf_name], t, layers)
     full = np.zeros((int(src.get_field("llama.vocab_size").contents()), sd["lm_head.weight"].shape[1]), np.float32)
     full[token_ids] = sd["lm_head.weight"]  # [V, H]: the subset's rows, zeros elsewhere
-    put("output.weight", full, head)
+    _put(w, "output.weight", full, head)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -359,7 +370,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m exactspec.pairs.gguf", description=__doc__.split("\n")[0])
     ap.add_argument("hf_dir")
     ap.add_argument("out")
-    ap.add_argument("--outtype", choices=["f32", "f16"], default="f16")
+    ap.add_argument("--outtype", choices=list(_QTYPES), default="f16",
+                    help="f16 (default: fp16 checkpoints lose nothing), f32, or llama.cpp's q8_0 / q4_0 (smaller, "
+                         "and on a CPU often faster; a slightly different model, whose own p exactspec verifies with)")
     a = ap.parse_args(argv)
     p = convert_to_gguf(a.hf_dir, a.out, a.outtype)
     print(f"wrote {p} ({p.stat().st_size / 1e6:.1f} MB)")
