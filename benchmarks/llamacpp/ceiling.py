@@ -143,7 +143,9 @@ def main() -> None:
                 failed[system] = failed.get(system, 0) + 1
                 print(f"{system}: {exc}", file=sys.stderr)
                 return None, float("nan")
-            return None, r.seconds / max(r.tokens, 1)
+            # llama-completion's clock is its eval time: `tokens - 1` decodes (the first token comes from the
+            # prompt's logits), as the loops here time n_new - 1 decodes; speculative-simple's covers its tokens
+            return None, r.seconds / max(r.tokens - (system == "llama-completion"), 1)
 
         for ids in inputs[:1]:  # warm-up
             for s in systems:
