@@ -90,9 +90,11 @@ def chain(tc, dc, ids: list[int], n_new: int, gamma: int) -> tuple[list[int], fl
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common(ap, repeats=3, pair=False)
-    ap.add_argument("--target-types", default="f16", help="the target's file types (f16 = the shipped file; f32, q8_0, q4_0)")
+    ap.add_argument("--target-types", default="f16",
+                    help="the target's file types (f16 = the shipped file; f32, q8_0, q4_0)")
     ap.add_argument("--gammas", default="2,4,6")
-    ap.add_argument("--peers", action="store_true", help="also llama.cpp's llama-completion and speculative-simple (γ=4)")
+    ap.add_argument("--peers", action="store_true",
+                    help="also llama.cpp's llama-completion and speculative-simple (γ=4)")
     args = ap.parse_args()
     setup(args)
     from exactspec import load_pair
@@ -162,8 +164,9 @@ def main() -> None:
                         ref = out
                     elif out is not None:
                         unlike[s] += out != ref
+            done = {s: [x for x in secs[s] if x == x] or [0.0] for s in systems}  # (a failed peer run is NaN)
             print(f"{kind} round {rep + 1}/{args.repeats}: " + ", ".join(
-                f"{s} {1e3 * statistics.median([x for x in secs[s] if x == x] or [0]):.3f} ms/token" for s in systems), file=sys.stderr, flush=True)
+                f"{s} {1e3 * statistics.median(done[s]):.3f} ms/token" for s in systems), file=sys.stderr, flush=True)
         pairs = {s: [p / x for p, x in zip(secs["plain"], secs[s]) if x == x] for s in systems}  # paired, per run
         result["targets"][kind] = {
             "ms_per_token": {s: round(1e3 * statistics.median([x for x in v if x == x]), 4) for s, v in secs.items()},

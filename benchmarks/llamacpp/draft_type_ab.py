@@ -4,7 +4,8 @@ The draft's numerics never decide exactness (verification corrects any q), only 
 fewer bytes per call. The draft is requantized from the cached f16 file by llama.cpp itself
 (`llama_model_quantize`, into a temporary directory); the target is the pair's f16 file throughout. The
 baseline is exactspec's target-alone loop on llama.cpp, timed in the same rounds; greedy outputs are compared with
-it (ggml rounds a k-token batch otherwise than a 1-token call, so a near-tie may flip: the count is reported). A line per round on stderr; medians per system, ratios paired within a round.
+it (ggml rounds a k-token batch otherwise than a 1-token call, so a near-tie may flip: the count is reported).
+A line per round on stderr; medians per system, ratios paired within a round.
 
     .venv/bin/python benchmarks/llamacpp/draft_type_ab.py [--types f16,q8_0,q4_0] [--gammas 4,auto]
         [--prompts benchmarks/prompts/unseen_code5.json] [--temperature 1] [--out R.json]
