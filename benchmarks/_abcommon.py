@@ -45,11 +45,12 @@ def dump(result: dict, out: str | None) -> None:
             json.dump(result, f, indent=1)
 
 
-def rounds(systems: list, run, stats: dict, repeats: int, same=None):
+def rounds(systems: list, run, stats: dict, repeats: int, same=None, progress=None):
     """Warm every system up (``run(system, 0)``; the per-system `stats` lists are cleared after it), then
     `repeats` interleaved rounds with seeds 1000 (rep + 1). ``run(system, seed) -> (seconds, outputs)``;
     ``same(output, reference) -> bool``, when given, compares each system's outputs with the first system's
-    (the baseline) of the same round. Returns ``(times {system: [seconds]}, equal {system: bool} or None)``."""
+    (the baseline) of the same round; ``progress(rep, times)``, when given, is called after each round.
+    Returns ``(times {system: [seconds]}, equal {system: bool} or None)``."""
     for s in systems:
         run(s, 0)  # warm-up (and gamma="auto"'s cost model, measured once per process)
     for v in stats.values():
@@ -65,6 +66,8 @@ def rounds(systems: list, run, stats: dict, repeats: int, same=None):
                 ref = outs
             elif same is not None:
                 equal[s] &= all(same(o, r) for o, r in zip(outs, ref))
+        if progress is not None:
+            progress(rep, times)
     return times, equal if same is not None else None
 
 

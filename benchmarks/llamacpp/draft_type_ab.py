@@ -21,7 +21,7 @@ import tempfile
 import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-from _abcommon import add_common, dump, prompts_of, setup  # noqa: E402
+from _abcommon import add_common, dump, prompts_of, rounds, setup  # noqa: E402
 
 FTYPES = {"f32": 0, "f16": 1, "q8_0": 7, "q4_0": 2}  # llama.cpp's LLAMA_FTYPE_* values
 
@@ -68,6 +68,8 @@ def main() -> None:
     systems = ["loop"] + [f"{k} γ={g}" for g in gammas for k in drafts]
     gens = {s: SpeculativeGenerator(target, drafts[s.split()[0]]) for s in systems[1:]}
     stats: dict = {s: [] for s in systems[1:]}
+    differ = {s: 0 for s in systems[1:]}  # greedy outputs (prompt x round) unlike the loop's in the same round
+    ref: list = []
 
     def run(system, seed):
         outs, t0 = [], time.perf_counter()
@@ -77,30 +79,24 @@ def main() -> None:
                                         temperature=args.temperature, seed=seed + i)
                 outs.append(seq[0].tolist())
                 continue
-            o = gens[system].generate(ids, max_new_tokens=args.max_new_tokens, gamma=system.split("=")[1] if
-                                      system.endswith("auto") else int(system.split("=")[1]), seed=None if
-                                      system.endswith("auto") else seed + i, **sampling)
+            auto = system.endswith("auto")
+            o = gens[system].generate(ids, max_new_tokens=args.max_new_tokens,
+                                      gamma="auto" if auto else int(system.split("=")[1]),
+                                      seed=None if auto else seed + i, **sampling)
             stats[system].append(o.stats)
             outs.append(o.sequences[0, ids.shape[1]:].tolist())
-        return time.perf_counter() - t0, outs
+        dt = time.perf_counter() - t0
+        if system == "loop":
+            ref[:] = outs
+        elif greedy and seed:  # (not in the warm-up, seed 0)
+            differ[system] += sum(o != r for o, r in zip(outs, ref))
+        return dt, outs
 
-    for s in systems:
-        run(s, 0)  # warm-up (gamma="auto" measures its costs and learns on its first run)
-    for v in stats.values():
-        v.clear()
-    times: dict = {s: [] for s in systems}
-    differ = {s: 0 for s in systems[1:]}  # greedy outputs (prompt x round) unlike the loop's
-    for rep in range(args.repeats):
-        ref = None
-        for s in systems:
-            dt, outs = run(s, 1000 * (rep + 1))
-            times[s].append(dt)
-            if ref is None:
-                ref = outs
-            elif greedy:
-                differ[s] += sum(o != r for o, r in zip(outs, ref))
+    def progress(rep, times):
         print(f"round {rep + 1}/{args.repeats}: " + ", ".join(f"{s} {times[s][-1]:.2f}s" for s in systems),
               file=sys.stderr, flush=True)
+
+    times, _ = rounds(systems, run, stats, args.repeats, progress=progress)
     per_rep = {s: [t0 / t for t, t0 in zip(times[s], times["loop"])] for s in systems}
     result = {"prompts": args.prompts or "held-out", "n_prompts": len(inputs), "max_new_tokens": args.max_new_tokens,
               "temperature": args.temperature, "repeats": args.repeats, "threads": args.threads,
