@@ -20,7 +20,9 @@ A line per round on stderr.
 from __future__ import annotations
 
 import argparse
+import atexit
 import pathlib
+import shutil
 import statistics
 import sys
 import tempfile
@@ -102,7 +104,8 @@ def main() -> None:
     from exactspec.backends.llamacppctx import Context
 
     target16, draft, tok = load_pair("stdlib", backend="llamacpp", threads=args.threads)
-    tmp = pathlib.Path(tempfile.mkdtemp(prefix="ceiling-"))
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix="ceiling-"))  # the requantized targets, removed at the end
+    atexit.register(shutil.rmtree, tmp, True)
     kinds = args.target_types.split(",")
     for k in kinds:
         if k not in FTYPES:
@@ -125,7 +128,7 @@ def main() -> None:
                                                                   if args.peers else [])
         secs = {s: [] for s in systems}  # per (round, prompt): seconds per generated token
         per_step = {s: [] for s in systems if s.startswith("chain")}
-        unlike = {s: 0 for s in systems[1:]}
+        unlike = {s: 0 for s in systems[1:] if s.startswith("chain")}  # (the binaries' text is not compared)
         failed: dict = {}  # peer runs that failed, per system
 
         def one(system, ids):
@@ -162,7 +165,7 @@ def main() -> None:
                     secs[s].append(spt)
                     if ref is None:
                         ref = out
-                    elif out is not None:
+                    elif s in unlike:
                         unlike[s] += out != ref
             done = {s: [x for x in secs[s] if x == x] or [0.0] for s in systems}  # (a failed peer run is NaN)
             print(f"{kind} round {rep + 1}/{args.repeats}: " + ", ".join(

@@ -3,8 +3,10 @@
 The draft's numerics never decide exactness (verification corrects any q), only speed: a quantized draft reads
 fewer bytes per call. The draft is requantized from the cached f16 file by llama.cpp itself
 (`llama_model_quantize`, into a temporary directory); the target is the pair's f16 file throughout. The
-baseline is exactspec's target-alone loop on llama.cpp, timed in the same rounds; greedy outputs are compared with
-it (ggml rounds a k-token batch otherwise than a 1-token call, so a near-tie may flip: the count is reported).
+baseline is exactspec's target-alone loop on llama.cpp, timed in the same rounds, which never stops at EOS: nor do
+the speculative runs here (`eos_token_id=[]`), so every system makes the same tokens. Greedy outputs are compared
+with the loop's (ggml rounds a k-token batch otherwise than a 1-token call, so a near-tie may flip: the count is
+reported). llama.cpp's quantizer keeps the output matrix at Q6_K in a Q4_0 file.
 A line per round on stderr; medians per system, ratios paired within a round.
 
     .venv/bin/python benchmarks/llamacpp/draft_type_ab.py [--types f16,q8_0,q4_0] [--gammas 4,auto]
@@ -13,8 +15,10 @@ A line per round on stderr; medians per system, ratios paired within a round.
 from __future__ import annotations
 
 import argparse
+import atexit
 import ctypes
 import pathlib
+import shutil
 import statistics
 import sys
 import tempfile
@@ -53,7 +57,8 @@ def main() -> None:
     from exactspec.speed.stats import GenerationStats
 
     target, draft16, tok = load_pair("stdlib", backend="llamacpp", threads=args.threads)
-    tmp = pathlib.Path(tempfile.mkdtemp(prefix="draft-types-"))
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix="draft-types-"))  # removed at the end (atexit)
+    atexit.register(shutil.rmtree, tmp, True)
     drafts = {}
     for kind in args.types.split(","):
         if kind not in FTYPES:
@@ -82,7 +87,7 @@ def main() -> None:
             auto = system.endswith("auto")
             o = gens[system].generate(ids, max_new_tokens=args.max_new_tokens,
                                       gamma="auto" if auto else int(system.split("=")[1]),
-                                      seed=None if auto else seed + i, **sampling)
+                                      seed=None if auto else seed + i, eos_token_id=[], **sampling)
             stats[system].append(o.stats)
             outs.append(o.sequences[0, ids.shape[1]:].tolist())
         dt = time.perf_counter() - t0
