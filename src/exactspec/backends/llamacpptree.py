@@ -19,6 +19,8 @@ is then removed, which frees the cells of the rejected nodes.
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 __all__ = ["Episode", "feed_tree", "keep_path"]
@@ -38,6 +40,19 @@ class Episode:
         self.root_taken = [False] * rows
         self.chain = [np.zeros((0, 0), bool) for _ in range(rows)]
         self.fresh = [[] for _ in range(rows)]  # ids forked in this tree, freed by keep_path
+
+
+class _Plan(NamedTuple):
+    """One row's new slots, planned before anything changes (:func:`_plan_row`)."""
+
+    par: np.ndarray  # [S] parent slot of each new slot (-1: the row's tokens before the tree)
+    chain: np.ndarray  # [T+S, T+S] each slot's ancestors and itself
+    vis: np.ndarray  # [S, T+S] the slots each new slot sees besides itself
+    bid: np.ndarray  # [T+S] branch ids
+    taken: list  # [T+S] whether a child continues each slot's branch
+    root_taken: bool
+    fresh: list  # new slots that fork a fresh id
+    copies: list  # (owner, fresh id, end): the forks' seq_cp calls
 
 
 def _row(ep: Episode, b: int, att: np.ndarray, ok: np.ndarray, pos: np.ndarray):
@@ -78,11 +93,11 @@ def feed_tree(session, tokens: np.ndarray, valid: np.ndarray, pos: np.ndarray, a
     plans = [_plan_row(ep, r, attend[r], valid[r], pos[r], int(session.seq[r]), free, ctx.n_seq)
              for r in range(b)]
     copies, sets = [], []
-    for r, (par, chain, vis, bid, taken, root_taken, fresh, cp) in enumerate(plans):
-        t = len(ep.bid[r])
+    for r, plan in enumerate(plans):
+        t, bid = len(ep.bid[r]), plan.bid
         for j in np.flatnonzero(valid[r]):  # own id first, then the ids forked below it in this call
-            sets.append([int(bid[t + j])] + [int(bid[t + d]) for d in fresh if vis[d, t + j]])
-        copies += cp
+            sets.append([int(bid[t + j])] + [int(bid[t + d]) for d in plan.fresh if plan.vis[d, t + j]])
+        copies += plan.copies
     n = len(sets)  # tokens fed
     raw = np.empty((0, session._vocab), np.float32)
     try:
@@ -100,16 +115,16 @@ def feed_tree(session, tokens: np.ndarray, valid: np.ndarray, pos: np.ndarray, a
             ctx.remove(dst, 0)
         raise
     session._free = free  # the call happened: record it
-    for r, (par, chain, vis, bid, taken, root_taken, fresh, cp) in enumerate(plans):
+    for r, plan in enumerate(plans):
         t = len(ep.bid[r])
         ep.pos[r] = np.concatenate([ep.pos[r], pos[r]])
-        ep.bid[r], ep.parent[r], ep.taken[r], ep.chain[r] = bid, np.concatenate([ep.parent[r], par]), taken, chain
-        ep.root_taken[r] = root_taken
-        ep.fresh[r] += [int(bid[t + d]) for d in fresh]
+        ep.parent[r] = np.concatenate([ep.parent[r], plan.par])
+        ep.bid[r], ep.taken[r], ep.chain[r], ep.root_taken[r] = plan.bid, plan.taken, plan.chain, plan.root_taken
+        ep.fresh[r] += [int(plan.bid[t + d]) for d in plan.fresh]
     return raw
 
 
-def _plan_row(ep: Episode, r: int, att, ok, pos, row_seq: int, free: list, n_seq: int):
+def _plan_row(ep: Episode, r: int, att, ok, pos, row_seq: int, free: list, n_seq: int) -> _Plan:
     """Row r's new slots: parents, chain, visibility (checked by :func:`_row`), then branch ids (taken from
     `free`) and the copies that give each fork its parent's cached context."""
     par, chain, vis = _row(ep, r, att, ok, pos)
@@ -134,7 +149,7 @@ def _plan_row(ep: Episode, r: int, att, ok, pos, row_seq: int, free: list, n_seq
             root_taken = True
         else:
             taken[p] = True
-    return par, chain, vis, bid, taken, root_taken, fresh, copies
+    return _Plan(par, chain, vis, bid, taken, root_taken, fresh, copies)
 
 
 def keep_path(session, idx: np.ndarray, keep: np.ndarray) -> np.ndarray:
