@@ -14,7 +14,7 @@ pytest.importorskip("llama_cpp")
 
 from _tiny_gguf import assert_two_tokens_follow_the_law, gguf_of, llama_dir, tiny_pair, tokenizer_dir  # noqa: E402
 
-from exactspec import SpeculativeGenerator  # noqa: E402
+from exactspec import CostModel, SpeculativeGenerator  # noqa: E402
 from exactspec.backends.llamacpp import LlamaCppLM  # noqa: E402
 from exactspec.backends.seam import open_session  # noqa: E402
 from exactspec.engine.baseline import target_alone_loop  # noqa: E402
@@ -85,7 +85,9 @@ def test_greedy_on_llamacpp_equals_its_own_target_alone_loop(tiny, gamma, method
     tok = AutoTokenizer.from_pretrained(tiny["tok"])
     tok.padding_side = "left"
     enc = tok(["def add(a, b):", "for i in range(10):\n    print"], return_tensors="pt", padding=True)
-    gen = SpeculativeGenerator(tiny["target"], tiny["draft"])
+    # (priced so that drafting pays: a tiny file's calls cost about what the engine's Python costs, and a
+    # stored profile would rightly make gamma="auto" take plain steps, which verify nothing)
+    gen = SpeculativeGenerator(tiny["target"], tiny["draft"], cost_model=CostModel(1e-5, {1: 0.01, 16: 0.011}))
     out = gen.generate(enc.input_ids, enc.attention_mask, max_new_tokens=24, do_sample=False, gamma=gamma,
                        method=method, eos_token_id=[])
     for b in range(2):  # each row alone, one token per call

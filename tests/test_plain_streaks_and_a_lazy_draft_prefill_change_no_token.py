@@ -123,7 +123,12 @@ def test_a_run_that_never_drafts_never_feeds_the_draft(monkeypatch):
     calls = _count_draft_forwards(monkeypatch)
     out = gen.generate(*left_padded(PROMPTS), max_new_tokens=3, do_sample=False, eos_token_id=[], pad_token_id=0)
     assert out.stats.plain_steps == out.stats.target_calls == 3 and out.stats.draft_calls == 0
-    assert calls == []  # not even the prompt
+    assert calls == [4]  # a fresh gamma="auto" reads the prompt's evidence (exactspec.engine.promptprior) ...
+    calls.clear()
+    next(iter(gen._drafting.values())).since_probe = 0  # (the next re-probe is 4 plain steps away again)
+    out = gen.generate(*left_padded(PROMPTS), max_new_tokens=3, do_sample=False, eos_token_id=[], pad_token_id=0)
+    assert out.stats.plain_steps == out.stats.target_calls == 3 and out.stats.draft_calls == 0
+    assert calls == []  # ... a learnt one, which never drafts, does not feed the draft even the prompt
     out = gen.generate(*left_padded(PROMPTS), max_new_tokens=3, gamma=2, do_sample=False, eos_token_id=[],
                        pad_token_id=0)
     assert calls[0] == 4 and len(calls) == 1 + out.stats.draft_calls >= 2  # the prompt (less its last token), then drafts
@@ -137,7 +142,7 @@ def test_a_lazy_prefill_drafts_what_an_eager_one_drafts(monkeypatch, gamma):
               pad_token_id=0)
     lazy = SpeculativeGenerator(target, draft).generate(*left_padded(PROMPTS), **kw)
     real = engine_steps.prefill
-    monkeypatch.setattr(decoding, "prefill", lambda *a, lazy=False: real(*a, lazy=False))
+    monkeypatch.setattr(decoding, "prefill", lambda *a, lazy=False, **k: real(*a, lazy=False, **k))
     eager = SpeculativeGenerator(target, draft).generate(*left_padded(PROMPTS), **kw)
     assert torch.equal(lazy.sequences, eager.sequences)
     assert lazy.stats.gamma_history == eager.stats.gamma_history and lazy.stats.draft_calls == eager.stats.draft_calls

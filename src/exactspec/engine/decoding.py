@@ -202,6 +202,22 @@ class SpeculativeGenerator:
         runner = self if seed is None else self._seeded()
         return GenerationStream(runner._run(**cfg))
 
+    def _calibration_run(self, input_ids, *, gamma: int, max_new_tokens: int, eos_token_id=None, seed=None,
+                         **sampling) -> GenerationOutput:
+        """A seeded run with a fixed `gamma`, or plain steps only with ``gamma=0`` (FixedPolicy(0): the draft is
+        never called), for pricing this loop (exactspec.engine.loopcosts); not public, and not through
+        :meth:`stream`, whose wrappers (a CLI's interrupt handling) belong to the user's run."""
+        cfg = run_args(self, input_ids, None, max_new_tokens, sampling, None, max(gamma, 1), "token",
+                       eos_token_id, None, seed, None)
+        stream = GenerationStream(self._seeded()._run(**{**cfg, "gamma": gamma}))
+        for _ in stream:
+            pass
+        return stream.output
+
+    def _pricer(self, cost_model) -> "SpeculativeGenerator":
+        """A generator on these models pricing with `cost_model`, learning nothing (exactspec.engine.loopcosts)."""
+        return SpeculativeGenerator(self.target, self.draft, cost_model=cost_model, calibrate=False)
+
     def _seeded(self) -> "SpeculativeGenerator":
         """What a seeded run runs on: this generator with nothing learnt (a fresh acceptance model, no tree
         priors, no calibrated costs) and costs that no clock of this process decides: `cost_model` as given,
@@ -213,9 +229,11 @@ class SpeculativeGenerator:
         return view
 
     # ---------------------------------------------------------------------------------- gamma
-    def _base_cost(self, batch_size: int):
+    def _base_cost(self, batch_size: int, sampled: bool | None = None):
         """The given cost model, else one measured at this batch size (once per pair and batch size in the
-        process, so that fresh generators on the same models price alike)."""
+        process, so that fresh generators on the same models price alike). A seeded run's (`sampled`: its
+        sampling mode, None for trees) is the stored profile, re-priced by the loop in that mode when a draft
+        model drafts (exactspec.speed.profiles)."""
         from exactspec.speed.costmodel import CostModel
 
         if self.cost_model is not None:
@@ -224,7 +242,12 @@ class SpeculativeGenerator:
         if self._stored_costs:  # a seeded run: the profile on disk, the same in every process
             from exactspec.speed.profiles import stored_cost_model
 
-            cm = stored_cost_model(self.target, draft, batch_size)
+            from exactspec.engine.loopcosts import loop_priced
+
+            loop = None if self.draft is None or sampled is None else "sampled" if sampled else "greedy"
+            cm = stored_cost_model(self.target, draft, batch_size, loop=loop,
+                                   measure=lambda: loop_priced(self._pricer, self.target, draft, batch_size,
+                                                               sampled=bool(sampled)))
             return cm.without_draft() if self.draft is None else cm
         key = (id(self.target), id(draft), batch_size)
         hit = _COST_MODELS.get(key)
@@ -236,17 +259,17 @@ class SpeculativeGenerator:
         _COST_MODELS[key] = (weakref.ref(self.target), weakref.ref(draft), cm)
         return cm
 
-    def _cost_model(self, batch_size: int):
+    def _cost_model(self, batch_size: int, sampled: bool | None = None):
         """What gamma="auto" prices a run with, fixed before the run: with `calibrate`, the base model
         re-priced on this generator's earlier runs at this batch size (CostModel.calibrate), else the base."""
-        return self._calibrated.get(batch_size) or self._base_cost(batch_size)
+        return self._calibrated.get(batch_size) or self._base_cost(batch_size, sampled)
 
     def _policy(self, gamma, batch_size: int, key: tuple):
         """FixedPolicy(gamma), or for "auto" an AdaptivePolicy with this generator's acceptance model for
         this sampling setting and rule (carried from run to run) and the run's fixed cost model."""
         if gamma != "auto":
             return FixedPolicy(gamma)
-        return AdaptivePolicy(self._cost_model(batch_size), self.max_gamma,
+        return AdaptivePolicy(self._cost_model(batch_size, sampled=not key[0]), self.max_gamma,
                               self._drafting.setdefault(key, DraftingState()), free_draft=self.draft is None)
 
     def _learn_costs(self, stats: GenerationStats, batch_size: int) -> None:
@@ -286,7 +309,7 @@ class SpeculativeGenerator:
         # A per-run copy: drafters keep per-run state, and two streams of one generator may interleave.
         drafter = copy.copy(self.drafter)
         if max_new > 0:
-            target, pending = prefill(self.target, drafter, ids, mask, lazy=True)
+            target, pending = prefill(self.target, drafter, ids, mask, lazy=True, policy=policy, spec=spec)
             stats.prefill_time = time.perf_counter() - t_start
         while active.numel():
             whole = active.numel() == b  # every row still running (steps priced per drafted length: see stats)

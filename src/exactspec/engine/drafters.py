@@ -108,6 +108,16 @@ class DraftModelDrafter:
         sync(ids.device)
         return time.perf_counter() - t0
 
+    def prompt_logits(self, keep: int) -> torch.Tensor | None:
+        """Feed the prompt :meth:`start` deferred, keeping the logits of its last `keep` slots `[B, keep, V]`
+        (:mod:`exactspec.engine.promptprior`); None when nothing was deferred (the prompt was one token, or it
+        was fed already)."""
+        if self._unfed is None:
+            return None
+        ids, mask = self._unfed
+        self._unfed = None
+        return self.state.forward(ids, mask, logits_to_keep=keep)
+
     def propose(self, caps: torch.Tensor, spec: SamplingSpec, policy=None) -> Draft:
         """Up to `caps [B]` tokens per row; `policy.include` may stop the step before any position."""
         b = caps.shape[0]

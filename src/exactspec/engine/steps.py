@@ -7,6 +7,7 @@ import torch
 from exactspec.backends.cache import sync as _sync
 from exactspec.backends.seam import open_session
 from exactspec.engine.drafters import DraftModelDrafter
+from exactspec.engine.promptprior import PROMPT_POSITIONS, prompt_evidence
 
 __all__ = ["cut_at_eos", "write_emitted", "prefill"]
 
@@ -32,18 +33,32 @@ def write_emitted(out, from_draft, n_gen, active, emitted, n, count) -> None:
     n_gen[active] += count
 
 
-def prefill(model, drafter, ids: torch.Tensor, mask: torch.Tensor, lazy: bool = False):
+def prefill(model, drafter, ids: torch.Tensor, mask: torch.Tensor, lazy: bool = False, policy=None, spec=None):
     """Both caches take the prompt `[B, P]` minus its last token, which stays pending (the first
     verification feeds it, so every target call produces >= 1 token). Returns `(session, pending [B])`: the
     target's session of :mod:`exactspec.backends.seam` (a SlotCache on transformers' ops for a torch model).
-    `lazy`: a draft model's prompt waits for its first proposal (``DraftModelDrafter.start(lazy=True)``)."""
+    `lazy`: a draft model's prompt waits for its first proposal (``DraftModelDrafter.start(lazy=True)``),
+    unless `policy` asks for the prompt's evidence (``policy.wants_prompt_prior``, a fresh ``gamma="auto"``):
+    then both prefills keep their last slots' logits and the policy starts from what they say of the draft
+    (:mod:`exactspec.engine.promptprior`; `spec`: the run's SamplingSpec)."""
     target = open_session(model, ids.shape[0], target=True)
     if getattr(drafter, "wants_target_features", False):  # a feature draft reads the target's hidden states
         drafter.watch(target)
+    plain_drafter = isinstance(drafter, DraftModelDrafter) and type(drafter).start is DraftModelDrafter.start
+    m = min(PROMPT_POSITIONS, ids.shape[1] - 1)
+    if not (plain_drafter and m > 0 and getattr(policy, "wants_prompt_prior", False) and spec.static_only):
+        m = 0
     if ids.shape[1] > 1:
-        target.forward(ids[:, :-1], mask[:, :-1].bool(), logits_to_keep=1)
-    if lazy and isinstance(drafter, DraftModelDrafter) and type(drafter).start is DraftModelDrafter.start:
+        p_logits = target.forward(ids[:, :-1], mask[:, :-1].bool(), logits_to_keep=max(m, 1))  # [B, m or 1, V]
+    if plain_drafter:
         drafter.start(ids, mask, lazy=True)
+        q_logits = drafter.prompt_logits(m) if m else None  # [B, m, V_draft]
+        if q_logits is not None:
+            p_len, real = ids.shape[1], mask.bool()
+            valid = real[:, p_len - 1 - m: p_len - 1] & real[:, p_len - m:]  # [B, m]: slot and its next token
+            policy.seed_from_prompt(*prompt_evidence(p_logits, q_logits, valid, spec))
+        elif not lazy:
+            drafter.feed_prompt()
     else:
         drafter.start(ids, mask)
     _sync(ids.device)

@@ -55,14 +55,33 @@ def profile_key(target, draft, batch_size: int) -> str:
     return hashlib.sha256(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 
-def stored_cost_model(target, draft, batch_size: int = 1):
+def stored_cost_model(target, draft, batch_size: int = 1, loop: str | None = None, measure=None):
     """The cost profile of (target, draft) at `batch_size`: read from ``cache_root()/costs/<key>.json``, else
     measured (:meth:`CostModel.measure`), written there and read back. A profile that cannot be read is
     measured anew and replaced (said on stderr); a cache that cannot be written keeps the measured profile for
-    this process only, with a warning that seeded runs then reproduce within this process only."""
+    this process only, with a warning that seeded runs then reproduce within this process only.
+
+    `loop` ("greedy" or "sampled") with `measure` (a callable returning a CostModel): the profile as the
+    engine's loop runs in that sampling mode (:func:`exactspec.engine.loopcosts.loop_priced`), stored apart as
+    ``<key>.loop-<mode>.json``. The bare forwards leave out what a step costs in Python around them, 0.7-1.5 ms
+    a step on llama.cpp beside a 1.5-4 ms forward (docs/llamacpp.md, r6), so a seeded run priced by them
+    drafted where drafting lost."""
     from exactspec.speed.costmodel import CostModel
 
-    key = profile_key(target, draft, batch_size)
+    if loop is None:
+        return _stored(profile_key(target, draft, batch_size),
+                       lambda: CostModel.measure(target, draft, batch_size=batch_size))
+    if loop not in ("greedy", "sampled"):
+        raise ValueError(f"loop must be None, 'greedy' or 'sampled', got {loop!r}")
+    if not callable(measure):
+        raise ValueError(f"measure: a callable measuring the {loop} loop's profile is needed, got {measure!r}")
+    return _stored(f"{profile_key(target, draft, batch_size)}.loop-{loop}", measure)
+
+
+def _stored(key: str, measure):
+    """What `measure()` returns, stored once as ``cache_root()/costs/<key>.json`` and read back from there."""
+    from exactspec.speed.costmodel import CostModel
+
     if key in _IN_PROCESS:
         return _IN_PROCESS[key]
     path = cache_root() / "costs" / f"{key}.json"
@@ -75,7 +94,7 @@ def stored_cost_model(target, draft, batch_size: int = 1):
                   file=sys.stderr)
             path.unlink(missing_ok=True)
     if cm is None:
-        measured = CostModel.measure(target, draft, batch_size=batch_size)
+        measured = measure()
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_name(f"{path.stem}.tmp{os.getpid()}")

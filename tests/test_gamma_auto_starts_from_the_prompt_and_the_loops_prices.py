@@ -1,0 +1,150 @@
+"""A fresh gamma="auto" starts from what the prompt says of the draft (exactspec.engine.promptprior), a seeded run
+prices with a profile the engine's own loop measured (exactspec.speed.profiles.loop_priced), and an optimistic
+probe drafts the length it hopes pays. None of it changes the output's law: greedy output equals the target's,
+and seeded runs reproduce."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from _spec_models import left_padded, noisy_copy, target_greedy, tiny_lm
+from exactspec import CostModel, SpeculativeGenerator
+from exactspec.engine.hfconfig import SamplingSpec
+from exactspec.engine.policy import AdaptivePolicy, DraftingState
+from exactspec.engine.promptprior import PROMPT_WEIGHT, prompt_evidence
+from exactspec.speed import profiles
+
+P = torch.tensor([0.40, 0.30, 0.15, 0.10, 0.05])
+Q = torch.tensor([0.20, 0.50, 0.15, 0.10, 0.05])  # the brief's worked example: sum min(p, q) = 0.8
+
+
+def test_the_prompts_evidence_is_the_token_rules_acceptance_at_each_teacher_forced_position():
+    p_logits = torch.stack([P.log(), Q.log(), P.log()])[None]  # [1, 3, 5]
+    q_logits = torch.stack([Q.log(), Q.log(), P.log().flip(0)])[None]
+    valid = torch.tensor([[True, True, True]])
+    conf, acc, after = prompt_evidence(p_logits, q_logits, valid, SamplingSpec(vocab_size=5))  # T = 1
+    assert acc == pytest.approx([0.8, 1.0, 0.05 + 0.10 + 0.15 + 0.10 + 0.05], abs=1e-6)
+    assert conf == pytest.approx([0.5, 0.5, 0.4], abs=1e-6)  # max_x q(x): the drafter's confidence
+    assert after == pytest.approx([0.0, 0.8, 1.0], abs=1e-6)  # reached after an accepted position
+    conf, acc, after = prompt_evidence(p_logits, q_logits, valid, SamplingSpec(vocab_size=5, greedy=True))
+    assert acc == [0.0, 1.0, 0.0]  # greedy: the argmaxes agree or not
+    # padded slots are left out, and a slot after a pad is nobody's continuation
+    conf, acc, after = prompt_evidence(p_logits, q_logits, torch.tensor([[False, True, True]]),
+                                       SamplingSpec(vocab_size=5))
+    assert acc == pytest.approx([1.0, 0.45], abs=1e-6) and after == pytest.approx([0.0, 1.0], abs=1e-6)
+    with pytest.raises(ValueError, match="prompt_evidence"):
+        prompt_evidence(p_logits, q_logits[:, :2], valid, SamplingSpec(vocab_size=5))
+
+
+def _models():
+    target = tiny_lm("llama", seed=0)
+    return target, noisy_copy(target, 0.3, seed=3)
+
+
+def _spy(monkeypatch):
+    seen = []
+    real = AdaptivePolicy.seed_from_prompt
+
+    def spy(self, conf, acc, after):
+        seen.append((list(conf), list(acc)))
+        real(self, conf, acc, after)
+
+    monkeypatch.setattr(AdaptivePolicy, "seed_from_prompt", spy)
+    return seen
+
+
+def test_a_fresh_auto_run_reads_the_prompts_last_positions_and_a_learnt_one_does_not(monkeypatch):
+    target, draft = _models()
+    seen = _spy(monkeypatch)
+    gen = SpeculativeGenerator(target, draft, calibrate=False, cost_model=CostModel(0.001, {1: 0.01, 16: 0.012}))
+    prompts = [[5, 9, 13, 5, 9, 21, 30], [7, 8, 11]]  # left-padded: the second row has 2 real slots
+    kw = dict(max_new_tokens=6, do_sample=False, eos_token_id=[], pad_token_id=0)
+    out = gen.generate(*left_padded(prompts), generator=torch.Generator().manual_seed(0), **kw)
+    assert len(seen) == 1 and len(seen[0][0]) == 6 + 2  # every real (slot, next token) pair of both rows
+    state = gen._drafting[next(iter(gen._drafting))]
+    assert state.model.observations >= PROMPT_WEIGHT * 8 * 0.995 ** 6  # (decayed by the run's verdicts)
+    gen.generate(*left_padded(prompts), generator=torch.Generator().manual_seed(0), **kw)
+    assert len(seen) == 1  # the generator has learnt: its own verdicts, not the prompt's, from now on
+    gen.generate(*left_padded(prompts), seed=3, **kw)
+    assert len(seen) == 2  # a seeded run starts fresh, from the prompt
+    gen.generate(*left_padded(prompts), seed=3, gamma=3, **kw)
+    gen.generate(*left_padded(prompts), seed=3, repetition_penalty=1.3, **kw)  # prefix-dependent: no prior
+    SpeculativeGenerator(target, drafter="prompt_lookup").generate(*left_padded(prompts), seed=3, **kw)
+    assert len(seen) == 2
+    for row, prompt in zip(out.sequences.tolist(), prompts):  # greedy output stays the target's
+        assert row[-6:] == target_greedy(target, prompt, 6)
+
+
+@pytest.mark.parametrize("sampled", [False, True])
+def test_the_prompts_evidence_matches_the_models_own_logits(monkeypatch, sampled):
+    target, draft = _models()
+    seen = _spy(monkeypatch)
+    prompt = [3, 14, 15, 9, 26, 5, 35, 8, 9, 7]
+    SpeculativeGenerator(target, draft, cost_model=CostModel(0.001, {1: 0.01, 16: 0.012})).generate(
+        torch.tensor([prompt]), max_new_tokens=2, seed=1, eos_token_id=[],
+        **(dict(do_sample=True, temperature=1.0, top_k=0) if sampled else dict(do_sample=False)))
+    ids = torch.tensor([prompt])
+    with torch.no_grad():
+        p = torch.softmax(target(ids).logits[0, :-1].float(), -1)  # [P-1, V]: the law of tokens 1 .. P-1
+        q = torch.softmax(draft(ids).logits[0, :-1].float(), -1)
+    want = torch.minimum(p, q).sum(-1) if sampled else (p.argmax(-1) == q.argmax(-1)).float()
+    conf, acc = seen[0]
+    assert acc == pytest.approx(want.tolist(), abs=1e-6)
+    assert conf == pytest.approx(q.amax(-1).tolist(), abs=1e-6)
+
+
+def test_a_seeded_auto_run_prices_with_a_profile_its_loop_measured_in_its_mode(monkeypatch, tmp_path):
+    monkeypatch.setenv("EXACTSPEC_CACHE", str(tmp_path))
+    monkeypatch.setattr(profiles, "_IN_PROCESS", {})
+    target, draft = _models()
+    asked = []
+    real = profiles.stored_cost_model
+    monkeypatch.setattr(profiles, "stored_cost_model", lambda *a, **k: asked.append(k.get("loop")) or real(*a, **k))
+    gen = SpeculativeGenerator(target, draft)
+    kw = dict(max_new_tokens=4, eos_token_id=[])
+    gen.generate(torch.tensor([[4, 5, 6]]), seed=0, **kw)
+    gen.generate(torch.tensor([[4, 5, 6]]), seed=0, do_sample=True, temperature=1.0, **kw)
+    assert asked == ["greedy", "sampled"]
+    files = sorted(p.name for p in (tmp_path / "costs").iterdir())
+    assert len(files) == 2 and files[0].endswith(".loop-greedy.json") and files[1].endswith(".loop-sampled.json")
+    stored = CostModel.load(tmp_path / "costs" / files[0])
+    assert stored.metadata["loop"] == "greedy" and stored.t_overhead_plain == 0.0
+    # a plain step is priced at what the loop's plain steps took, the table shifted to it
+    assert stored.t_target(1) == pytest.approx(stored.metadata["loop_plain_step"], rel=1e-9)
+    assert stored.t_draft > 0 and json.loads((tmp_path / "costs" / files[0]).read_text())["format"]
+    monkeypatch.setattr(profiles, "_IN_PROCESS", {})  # a new process reads the same numbers back
+    assert profiles.stored_cost_model(target, draft, 1, loop="greedy", measure=lambda: 1 / 0) == stored
+    with pytest.raises(ValueError, match="loop"):
+        profiles.stored_cost_model(target, draft, 1, loop="fast", measure=lambda: stored)
+    with pytest.raises(ValueError, match="measure"):
+        profiles.stored_cost_model(target, draft, 1, loop="sampled")
+
+
+def test_the_engines_plain_run_never_drafts_and_emits_the_targets_tokens():
+    target, draft = _models()
+    gen = SpeculativeGenerator(target, draft)
+    out = gen._calibration_run(torch.tensor([[4, 5, 6]]), gamma=0, max_new_tokens=7, eos_token_id=[], seed=0,
+                               do_sample=False)
+    assert out.stats.draft_calls == 0 and out.stats.plain_steps == out.stats.target_calls
+    assert out.sequences[0, 3:].tolist() == target_greedy(target, [4, 5, 6], 7)
+
+
+def test_an_optimistic_probe_drafts_the_length_it_hopes_pays_and_learns_the_continuation():
+    # verifying costs little more than one token; a draft call costs a fifth of a plain step: drafting pays
+    # from an acceptance of about 0.75 on; a fresh model (prior 0.7, no verdicts) is unsure either way
+    cost = CostModel(t_draft=0.006, target_times={1: 0.010, 2: 0.0105, 16: 0.012})
+    policy = AdaptivePolicy(cost, 8, DraftingState())
+    policy.model.prior = 0.6
+    k, _, alpha, hope, hopeful = policy._plan()
+    assert k == 0 and hopeful > 1  # no length pays at the estimates; a longer one would at optimistic rates
+    caps = policy.next_lengths(torch.tensor([50]))
+    assert policy.probing and caps.tolist() == [hopeful]
+    before = policy.model.uncertainty()[1]
+    conf = torch.tensor([0.9])
+    assert policy.include(1, conf, caps).tolist() == [True]  # a probe verifies its first position
+    draft = type("D", (), {"tokens": torch.zeros(1, 3, dtype=torch.long), "confidence": conf.repeat(1, 3),
+                           "lengths": torch.tensor([3])})()
+    policy.observe(draft, torch.tensor([3]))
+    assert policy.model.later_n > 0 and policy.model.uncertainty()[1] < before  # the continuation was measured
