@@ -148,3 +148,19 @@ def test_an_optimistic_probe_drafts_the_length_it_hopes_pays_and_learns_the_cont
                            "lengths": torch.tensor([3])})()
     policy.observe(draft, torch.tensor([3]))
     assert policy.model.later_n > 0 and policy.model.uncertainty()[1] < before  # the continuation was measured
+
+
+def test_a_generator_whose_runs_all_drafted_prices_a_plain_step_at_the_forward_not_at_a_drafting_steps_overhead():
+    target = tiny_lm("llama", seed=0)
+    twin = tiny_lm("llama", seed=0)  # always accepted: every step drafts, none is plain
+    gen = SpeculativeGenerator(target, twin, cost_model=CostModel(1e-7, {1: 1e-6, 16: 1.1e-6}))  # (below the real)
+    out = gen.generate(torch.tensor([[4, 5, 6]]), max_new_tokens=40, do_sample=False, eos_token_id=[],
+                       generator=torch.Generator().manual_seed(0))
+    assert out.stats.plain_steps <= 1 and out.stats.target_calls > 3
+    learnt = gen._cost_model(1)
+    # the run measured what a drafting step costs beyond its forward, and nothing of a plain step: a plain step
+    # stays at the bare forward (the given model's price), not at the drafting step's overhead, which had
+    # priced it dearer than it runs and kept drafting at a loss
+    assert learnt.t_overhead > 0 and learnt.overhead(0) == 0.0
+    assert CostModel(1e-3, {1: 0.01}, t_overhead=0.002).keeping_plain_price(None).overhead(0) == 0.002
+    assert CostModel(1e-3, {1: 0.01}, t_overhead=0.002).keeping_plain_price(None, default=0.0).overhead(0) == 0.0

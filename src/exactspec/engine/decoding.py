@@ -283,8 +283,11 @@ class SpeculativeGenerator:
             return
         drafted = stats.target_calls > stats.plain_steps
         base = self._base_cost(batch_size) if drafted else self._cost_model(batch_size)
-        # (what earlier runs measured of a plain step stays known when this run made too few to price)
-        self._calibrated[batch_size] = base.calibrate(stats).keeping_plain_price(self._calibrated.get(batch_size))
+        # (what earlier runs measured of a plain step stays known when this run made too few to price; before
+        # any did, a plain step is priced as the base model prices it, the bare forward alone when unknown)
+        plain = base._t_overhead_plain if base._t_overhead_plain is not None else 0.0
+        self._calibrated[batch_size] = base.calibrate(stats).keeping_plain_price(self._calibrated.get(batch_size),
+                                                                                  default=plain)
 
     # ------------------------------------------------------------------------------------ loop
     # inference_mode, not no_grad: no version counters or view tracking per op, ~10% of a small target's
