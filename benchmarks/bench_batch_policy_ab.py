@@ -48,10 +48,10 @@ def main() -> None:
     class Generator(es.SpeculativeGenerator):
         weigh_left, trend = True, True
 
-        def _learn_costs(self, stats, batch_size):
+        def _learn_costs(self, stats, batch_size, sampled):
             exactspec.speed.costmodel._TREND = self.trend
             try:
-                super()._learn_costs(stats, batch_size)
+                super()._learn_costs(stats, batch_size, sampled)
             finally:
                 exactspec.speed.costmodel._TREND = True
 

@@ -1,56 +1,71 @@
-"""What a seed's promise costs: gamma="auto" seeded (stored cost profile, fresh acceptance model each run) vs
-drawn from a torch.Generator (the generator's learning and calibrated costs, as an unseeded run), interleaved,
-on the stdlib pair's held-out prompts and an unseen set. Prints one line per prompt and the median ratio.
+"""What a seed's promise costs, and whether seeded gamma="auto" keeps up: × our target-alone loop on the same
+backend, per prompt, interleaved rounds: gamma="auto" seeded (a fresh acceptance model from the prompt's evidence,
+the stored loop-priced profile), gamma="auto" drawn from a torch.Generator (the generator's learning and
+calibrated costs: an unseeded run; the bench runs these) and fixed gamma = 4 (seeded). A line per round; medians
+of per-prompt ratios at the end, as JSON to --out.
 
-    .venv/bin/python benchmarks/bench_seeded_auto.py --prompts 8 --temperature 1.0
+    .venv/bin/python benchmarks/bench_seeded_auto.py --backend llamacpp --prompts benchmarks/prompts/unseen_code7.json
+    .venv/bin/python benchmarks/bench_seeded_auto.py --temperature 1 --num-prompts 8   # transformers, held-out
 """
 from __future__ import annotations
 
 import argparse
-import json
-import pathlib
 import statistics
 import time
 
 import torch
 
+from _abcommon import add_common, dump, prompts_of, rounds, setup
 from exactspec import SpeculativeGenerator, load_pair
-from exactspec.pairs.load import pair_prompts
+from exactspec.engine.baseline import target_alone_loop
+
+SYSTEMS = ("loop", "auto seeded", "auto generator", "gamma=4 seeded")
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--prompts", type=int, default=8)
-    ap.add_argument("--max-new-tokens", type=int, default=64)
-    ap.add_argument("--temperature", type=float, default=1.0)
-    ap.add_argument("--unseen", default=str(pathlib.Path(__file__).parent / "prompts" / "unseen_code.json"))
+    ap = argparse.ArgumentParser(description=__doc__)
+    add_common(ap, repeats=3)
+    ap.add_argument("--temperature", type=float, default=0.0)
+    ap.add_argument("--backend", choices=("transformers", "llamacpp"), default="transformers")
     args = ap.parse_args()
-    t, d, tok = load_pair("stdlib")
-    unseen = json.loads(pathlib.Path(args.unseen).read_text())
-    unseen = unseen["prompts"] if isinstance(unseen, dict) else unseen
-    unseen = [p["text"] if isinstance(p, dict) else p for p in unseen]
-    sets = {"held-out": pair_prompts("stdlib")[: args.prompts], "unseen": unseen[: args.prompts]}
+    setup(args)
+    t, d, tok = load_pair(args.pair, backend=args.backend,
+                          **({"threads": args.threads} if args.backend == "llamacpp" else {}))
+    prompts = [torch.tensor([tok.encode(p)]) for p in prompts_of(args, args.pair, tok)]
     gen = SpeculativeGenerator(t, d)
-    kw = dict(max_new_tokens=args.max_new_tokens, do_sample=args.temperature > 0, temperature=args.temperature,
-              top_k=0, eos_token_id=[])
-    warm = tok(sets["held-out"][0], return_tensors="pt")
-    gen.generate(warm["input_ids"], warm["attention_mask"], **kw, generator=torch.Generator().manual_seed(0))
-    gen.generate(warm["input_ids"], warm["attention_mask"], **kw, seed=0)  # measures the stored profile
-    for name, prompts in sets.items():
-        ratios = []
-        for i, p in enumerate(prompts):
-            enc = tok(p, return_tensors="pt")
-            secs = {"seeded": [], "generator": []}
-            for r in range(3):
-                for mode in (("seeded", "generator") if r % 2 == 0 else ("generator", "seeded")):
-                    extra = {"seed": 100 + r} if mode == "seeded" else {"generator": torch.Generator().manual_seed(100 + r)}
-                    t0 = time.perf_counter()
-                    gen.generate(enc["input_ids"], enc["attention_mask"], **kw, **extra)
-                    secs[mode].append(time.perf_counter() - t0)
-            ratio = statistics.median(secs["generator"]) / statistics.median(secs["seeded"])
-            ratios.append(ratio)
-            print(f"{name} prompt {i}: seeded / generator speed {ratio:.3f}", flush=True)
-        print(f"{name}: median seeded / generator speed {statistics.median(ratios):.3f} over {len(ratios)} prompts")
+    temp = args.temperature
+    kw = dict(max_new_tokens=args.max_new_tokens, eos_token_id=[],
+              **(dict(do_sample=True, temperature=temp, top_k=0) if temp > 0 else dict(do_sample=False)))
+    plain_steps = {s: [] for s in SYSTEMS}
+
+    def run(system, seed):
+        secs = []
+        for i, ids in enumerate(prompts):
+            s = seed + i
+            t0 = time.perf_counter()
+            if system == "loop":
+                target_alone_loop(t, ids, torch.ones_like(ids), max_new_tokens=args.max_new_tokens,
+                                  temperature=temp, seed=s)
+            else:
+                extra = {"generator": torch.Generator().manual_seed(s)} if system == "auto generator" else {"seed": s}
+                out = gen.generate(ids, gamma=4 if system.startswith("gamma") else "auto", **kw, **extra)
+                plain_steps[system].append(out.stats.plain_steps)
+            secs.append(time.perf_counter() - t0)
+        return secs, []
+
+    def progress(rep, times):
+        last = {s: times[s][-1] for s in SYSTEMS}
+        print(f"round {rep + 1}/{args.repeats}: × loop " + ", ".join(
+            f"{s} {statistics.median(a / b for a, b in zip(last['loop'], last[s])):.3f}" for s in SYSTEMS[1:]),
+            flush=True)
+
+    times, _ = rounds(list(SYSTEMS), run, plain_steps, args.repeats, progress=progress)
+    ratios = {s: statistics.median(a / b for rl, rs in zip(times["loop"], times[s]) for a, b in zip(rl, rs))
+              for s in SYSTEMS[1:]}
+    dump({"backend": args.backend, "pair": args.pair, "prompts": args.prompts or "held-out", "temperature": temp,
+          "num_prompts": len(prompts), "repeats": args.repeats, "max_new_tokens": args.max_new_tokens,
+          "median_x_loop": ratios, "plain_steps": {s: sum(v) for s, v in plain_steps.items() if v},
+          "seconds": times}, args.out)
 
 
 if __name__ == "__main__":

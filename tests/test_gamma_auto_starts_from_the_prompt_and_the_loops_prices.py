@@ -12,6 +12,7 @@ import torch
 from _spec_models import left_padded, noisy_copy, target_greedy, tiny_lm
 from exactspec import CostModel, SpeculativeGenerator
 from exactspec.engine.hfconfig import SamplingSpec
+from exactspec.engine.loopcosts import calibration_run
 from exactspec.engine.policy import AdaptivePolicy, DraftingState
 from exactspec.engine.promptprior import PROMPT_WEIGHT, prompt_evidence
 from exactspec.speed import profiles
@@ -125,8 +126,8 @@ def test_a_seeded_auto_run_prices_with_a_profile_its_loop_measured_in_its_mode(m
 def test_the_engines_plain_run_never_drafts_and_emits_the_targets_tokens():
     target, draft = _models()
     gen = SpeculativeGenerator(target, draft)
-    out = gen._calibration_run(torch.tensor([[4, 5, 6]]), gamma=0, max_new_tokens=7, eos_token_id=[], seed=0,
-                               do_sample=False)
+    out = calibration_run(gen, torch.tensor([[4, 5, 6]]), gamma=0, max_new_tokens=7, eos_token_id=[], seed=0,
+                          do_sample=False)
     assert out.stats.draft_calls == 0 and out.stats.plain_steps == out.stats.target_calls
     assert out.sequences[0, 3:].tolist() == target_greedy(target, [4, 5, 6], 7)
 
@@ -164,3 +165,21 @@ def test_a_generator_whose_runs_all_drafted_prices_a_plain_step_at_the_forward_n
     assert learnt.t_overhead > 0 and learnt.overhead(0) == 0.0
     assert CostModel(1e-3, {1: 0.01}, t_overhead=0.002).keeping_plain_price(None).overhead(0) == 0.002
     assert CostModel(1e-3, {1: 0.01}, t_overhead=0.002).keeping_plain_price(None, default=0.0).overhead(0) == 0.0
+
+
+def test_a_run_that_drafted_a_little_is_priced_pooled_with_the_drafting_runs_before_it():
+    target, draft = _models()
+    base = CostModel(1e-4, {1: 1e-3, 16: 1.2e-3})
+    gen = SpeculativeGenerator(target, draft, cost_model=base)
+    ids, kw = torch.tensor([[4, 5, 6]]), dict(eos_token_id=[], seed=0, do_sample=False)
+    many = calibration_run(gen, ids, gamma=2, max_new_tokens=60, **kw).stats  # >= 20 drafting steps
+    few = calibration_run(gen, ids, gamma=2, max_new_tokens=4, **kw).stats  # a few drafting steps
+    plain = calibration_run(gen, ids, gamma=0, max_new_tokens=8, **kw).stats
+    assert many.target_calls >= 20 and few.target_calls <= 4 and plain.target_calls == plain.plain_steps
+    gen._learn_costs(many, 1, False)
+    assert gen._cost_model(1) == base.calibrate(many).keeping_plain_price(None, default=0.0)
+    gen._learn_costs(few, 1, False)  # a few steps alone would set the price of every step
+    pooled = base.calibrate([few, many]).keeping_plain_price(gen._cost_model(1), default=0.0)
+    assert gen._cost_model(1) == pooled != base.calibrate(few).keeping_plain_price(None, default=0.0)
+    gen._learn_costs(plain, 1, False)  # a run that drafted nothing is not pooled: it prices plain steps only
+    assert gen._cost_model(1) == pooled.calibrate(plain).keeping_plain_price(pooled, default=0.0)

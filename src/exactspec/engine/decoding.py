@@ -42,6 +42,8 @@ __all__ = ["SpeculativeGenerator", "GenerationOutput", "StreamStep", "Generation
 
 # Cost models measured once per (target, draft, batch size) for gamma="auto"; weak refs so models can be freed.
 _COST_MODELS: dict[tuple[int, int, int], tuple] = {}
+_POOL_STEPS = 16  # speculative steps a re-pricing pools at least, over a generator's last runs ...
+_POOL_RUNS = 8  # ... and the most runs it pools
 
 
 class SpeculativeGenerator:
@@ -120,6 +122,7 @@ class SpeculativeGenerator:
         self._tree_calibrated: dict[int, object] = {}  # tree="auto": cost models calibrated on tree runs
         self._tree_speedup: dict[tuple, float] = {}  # tree="auto": what its tree and chain runs achieved
         self._calibrated: dict[int, object] = {}
+        self._recent: dict[int, list] = {}  # per batch size: the last drafting runs' statistics (_learn_costs)
         self._stored_costs = False  # True on a seeded run's view (_seeded): price with the stored profile
 
     @staticmethod
@@ -202,52 +205,41 @@ class SpeculativeGenerator:
         runner = self if seed is None else self._seeded()
         return GenerationStream(runner._run(**cfg))
 
-    def _calibration_run(self, input_ids, *, gamma: int, max_new_tokens: int, eos_token_id=None, seed=None,
-                         **sampling) -> GenerationOutput:
-        """A seeded run with a fixed `gamma`, or plain steps only with ``gamma=0`` (FixedPolicy(0): the draft is
-        never called), for pricing this loop (exactspec.engine.loopcosts); not public, and not through
-        :meth:`stream`, whose wrappers (a CLI's interrupt handling) belong to the user's run."""
-        cfg = run_args(self, input_ids, None, max_new_tokens, sampling, None, max(gamma, 1), "token",
-                       eos_token_id, None, seed, None)
-        stream = GenerationStream(self._seeded()._run(**{**cfg, "gamma": gamma}))
-        for _ in stream:
-            pass
-        return stream.output
-
-    def _pricer(self, cost_model) -> "SpeculativeGenerator":
-        """A generator on these models pricing with `cost_model`, learning nothing (exactspec.engine.loopcosts)."""
-        return SpeculativeGenerator(self.target, self.draft, cost_model=cost_model, calibrate=False)
-
     def _seeded(self) -> "SpeculativeGenerator":
         """What a seeded run runs on: this generator with nothing learnt (a fresh acceptance model, no tree
         priors, no calibrated costs) and costs that no clock of this process decides: `cost_model` as given,
         else the stored profile. A shallow copy: the models and the drafter are shared, its learning is not."""
         view = copy.copy(self)
         view._drafting, view._tree_priors, view._tree_calibrated = {}, {}, {}
-        view._tree_speedup, view._calibrated = {}, {}
+        view._tree_speedup, view._calibrated, view._recent = {}, {}, {}
         view.calibrate, view._stored_costs = False, True
         return view
 
     # ---------------------------------------------------------------------------------- gamma
     def _base_cost(self, batch_size: int, sampled: bool | None = None):
-        """The given cost model, else one measured at this batch size (once per pair and batch size in the
-        process, so that fresh generators on the same models price alike). A seeded run's (`sampled`: its
-        sampling mode, None for trees) is the stored profile, re-priced by the loop in that mode when a draft
-        model drafts (exactspec.speed.profiles)."""
+        """The given cost model, else the stored profile (exactspec.speed.profiles) for this batch size, priced
+        as this loop runs in its sampling mode (`sampled`; exactspec.engine.loopcosts) when a draft model
+        drafts; else (trees, prompt lookup) one of the bare forwards: a seeded run's stored, an unseeded run's
+        measured once per pair and batch size in the process, so that fresh generators on the same models
+        price alike. Unseeded runs take the loop-priced profile too: the bare T_target(1) (a forward after
+        200 cached tokens) priced a plain step above what the loop's plain steps took, and with no plain step
+        measured yet gamma="auto" drafted at a loss (llama.cpp, T = 1, unseen7: 0.70x our loop, 2026-12-04);
+        what each run measures re-prices it from then on (_learn_costs)."""
         from exactspec.speed.costmodel import CostModel
 
         if self.cost_model is not None:
             return self.cost_model
         draft = self.draft if self.draft is not None else self.target
+        if self.draft is not None and sampled is not None:
+            from exactspec.engine.loopcosts import loop_priced
+            from exactspec.speed.profiles import stored_cost_model
+
+            return stored_cost_model(self.target, draft, batch_size, loop="sampled" if sampled else "greedy",
+                                     measure=lambda: loop_priced(self, batch_size, sampled=bool(sampled)))
         if self._stored_costs:  # a seeded run: the profile on disk, the same in every process
             from exactspec.speed.profiles import stored_cost_model
 
-            from exactspec.engine.loopcosts import loop_priced
-
-            loop = None if self.draft is None or sampled is None else "sampled" if sampled else "greedy"
-            cm = stored_cost_model(self.target, draft, batch_size, loop=loop,
-                                   measure=lambda: loop_priced(self._pricer, self.target, draft, batch_size,
-                                                               sampled=bool(sampled)))
+            cm = stored_cost_model(self.target, draft, batch_size)
             return cm.without_draft() if self.draft is None else cm
         key = (id(self.target), id(draft), batch_size)
         hit = _COST_MODELS.get(key)
@@ -272,22 +264,38 @@ class SpeculativeGenerator:
         return AdaptivePolicy(self._cost_model(batch_size, sampled=not key[0]), self.max_gamma,
                               self._drafting.setdefault(key, DraftingState()), free_draft=self.draft is None)
 
-    def _learn_costs(self, stats: GenerationStats, batch_size: int) -> None:
+    def _learn_costs(self, stats: GenerationStats, batch_size: int, sampled: bool) -> None:
         """After a gamma="auto" run: price later runs at this batch size as this loop ran (a draft step with
         caches the target just evicted, the per-step overhead of a speculative and of a plain step). Only
         between runs, so that no run's decisions hang on timings taken inside it and a seeded run on a
         fresh generator reproduces. A model-free drafter (prompt lookup) is re-priced too: the bare table
         alone put a width-2 step at the price of a plain one and it drafted at a loss (T = 1). A run that
-        verified no draft keeps what the model it ran with knew of drafting steps."""
+        verified no draft keeps what the model it ran with knew of drafting steps.
+
+        A run that drafted is priced pooled with the drafting runs before it, back to _POOL_STEPS speculative
+        steps (of the last _POOL_RUNS such runs): a run that drafted once or twice (a probe) priced a speculative step's overhead from
+        those alone, which swung between 0.9 and 2.3 ms from run to run on llama.cpp, and a cheap swing made
+        the next run draft at a loss (T = 1, unseen5: 23 drafting steps of 27, 2026-12-04)."""
         if not (self.calibrate and stats.target_calls):
             return
         drafted = stats.target_calls > stats.plain_steps
-        base = self._base_cost(batch_size) if drafted else self._cost_model(batch_size)
-        # (what earlier runs measured of a plain step stays known when this run made too few to price; before
+        pool = [stats]
+        if drafted:  # pooled with the runs before it that drafted (runs that did not say nothing of drafting)
+            runs = self._recent.setdefault(batch_size, [])
+            spec = stats.target_calls - stats.plain_steps
+            for run in reversed(runs):
+                if spec >= _POOL_STEPS:
+                    break
+                pool.append(run)
+                spec += run.target_calls - run.plain_steps
+            runs.append(stats)
+            del runs[:-_POOL_RUNS]
+        base = self._base_cost(batch_size, sampled) if drafted else self._cost_model(batch_size, sampled)
+        # (what earlier runs measured of a plain step stays known when these made too few to price; before
         # any did, a plain step is priced as the base model prices it, the bare forward alone when unknown)
-        plain = base._t_overhead_plain if base._t_overhead_plain is not None else 0.0
-        self._calibrated[batch_size] = base.calibrate(stats).keeping_plain_price(self._calibrated.get(batch_size),
-                                                                                  default=plain)
+        plain = base.measured_plain_overhead
+        self._calibrated[batch_size] = base.calibrate(pool if len(pool) > 1 else stats).keeping_plain_price(
+            self._calibrated.get(batch_size), default=0.0 if plain is None else plain)
 
     # ------------------------------------------------------------------------------------ loop
     # inference_mode, not no_grad: no version counters or view tracking per op, ~10% of a small target's
@@ -420,7 +428,7 @@ class SpeculativeGenerator:
         stats.new_tokens, stats.row_tokens = int(n_gen.sum()), n_gen.tolist()
         stats.total_time = time.perf_counter() - t_start - suspended
         if gamma == "auto":  # (after the stats are complete: learning reads them)
-            self._learn_costs(stats, b)
+            self._learn_costs(stats, b, not spec.greedy)
         if chain_for_tree:
             learn_from_chain(self, prior_key, stats, b)
         return GenerationOutput(torch.cat([ids, out[:, :new_len]], 1), stats, from_draft[:, :new_len])

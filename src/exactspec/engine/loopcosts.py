@@ -5,12 +5,14 @@ from __future__ import annotations
 import torch
 
 from exactspec.backends.seam import vocab_size
+from exactspec.engine.output import GenerationOutput, GenerationStream
+from exactspec.engine.runargs import run_args
 from exactspec.speed.costmodel import CostModel
 
-__all__ = ["loop_priced"]
+__all__ = ["loop_priced", "calibration_run"]
 
 
-def loop_priced(make, target, draft, batch_size: int = 1, *, sampled: bool = False, new_tokens: int = 32):
+def loop_priced(gen, batch_size: int = 1, *, sampled: bool = False, new_tokens: int = 32):
     """The forwards' cost profile priced as the engine's loop runs them, all measured now, together: the bare
     forwards (:meth:`CostModel.measure`), then a gamma = 4 run and a run of plain steps, `new_tokens` each on a
     fixed random prompt of 32 tokens per row, greedy or sampled at T = 1, three times interleaved, the last two
@@ -19,20 +21,32 @@ def loop_priced(make, target, draft, batch_size: int = 1, *, sampled: bool = Fal
     overhead are what the gamma = 4 runs took. One moment for all: this machine's speed drifts by up to 1.5x
     between sessions, and a table measured at another moment than the loop mispriced drafting against plain
     steps. Random tokens are accepted at random rates; only the seconds per call and per step are read.
-    `make(cost_model)`: a SpeculativeGenerator on (target, draft) pricing with `cost_model` (the engine hands
-    it over: this module sits below it)."""
-    bare = CostModel.measure(target, draft, batch_size=batch_size)
-    gen = make(bare)
-    ids = torch.randint(0, vocab_size(target), (batch_size, 32), generator=torch.Generator().manual_seed(0))
+    `gen`: a SpeculativeGenerator with a draft model; its models are run (with nothing learnt, nothing kept)."""
+    bare = CostModel.measure(gen.target, gen.draft, batch_size=batch_size)
+    gen = type(gen)(gen.target, gen.draft, cost_model=bare, calibrate=False)
+    ids = torch.randint(0, vocab_size(gen.target), (batch_size, 32), generator=torch.Generator().manual_seed(0))
     kw = dict(max_new_tokens=new_tokens, eos_token_id=[], seed=0,
               **(dict(do_sample=True, temperature=1.0, top_k=0, top_p=1.0) if sampled else dict(do_sample=False)))
     spec, plain = [], []
     for rep in range(3):
-        spec.append(gen._calibration_run(ids, gamma=4, **kw).stats)
-        plain.append(gen._calibration_run(ids, gamma=0, **kw).stats)  # plain steps only
+        spec.append(calibration_run(gen, ids, gamma=4, **kw).stats)
+        plain.append(calibration_run(gen, ids, gamma=0, **kw).stats)  # plain steps only
     plain_step = sum(s.plain_step_time for s in plain[1:]) / sum(s.plain_steps for s in plain[1:])
     cm = bare.calibrate(spec[1:], plain_time=plain_step).to_dict()
     cm["t_overhead_plain"] = 0.0  # a plain step is the shifted T_target(1): what the loop's plain steps took
     cm["metadata"] = {**cm["metadata"], "loop": "sampled" if sampled else "greedy", "loop_tokens": new_tokens,
                       "loop_plain_step": plain_step}
     return CostModel.from_dict(cm)
+
+
+def calibration_run(gen, input_ids, *, gamma: int, max_new_tokens: int, eos_token_id=None, seed=None,
+                    **sampling) -> GenerationOutput:
+    """A seeded run of `gen` with a fixed `gamma`, or plain steps only with ``gamma=0`` (FixedPolicy(0): the
+    draft is never called; ``generate`` takes gamma >= 1). Not through ``gen.stream``, whose wrappers (a CLI's
+    interrupt handling) belong to the user's run."""
+    cfg = run_args(gen, input_ids, None, max_new_tokens, sampling, None, max(gamma, 1), "token", eos_token_id,
+                   None, seed, None)
+    stream = GenerationStream(gen._seeded()._run(**{**cfg, "gamma": gamma}))
+    for _ in stream:
+        pass
+    return stream.output
