@@ -273,9 +273,10 @@ class SpeculativeGenerator:
         verified no draft keeps what the model it ran with knew of drafting steps.
 
         A run that drafted is priced pooled with the drafting runs before it, back to _POOL_STEPS speculative
-        steps (of the last _POOL_RUNS such runs): a run that drafted once or twice (a probe) priced a speculative step's overhead from
-        those alone, which swung between 0.9 and 2.3 ms from run to run on llama.cpp, and a cheap swing made
-        the next run draft at a loss (T = 1, unseen5: 23 drafting steps of 27, 2026-12-04)."""
+        steps (of the last _POOL_RUNS such runs): a run that drafted once or twice (a probe) priced a
+        speculative step's overhead from those alone, which swung between 0.9 and 2.3 ms from run to run on
+        llama.cpp, and a cheap swing made the next run draft at a loss (T = 1, unseen5: 23 drafting steps of
+        27, 2026-12-04)."""
         if not (self.calibrate and stats.target_calls):
             return
         drafted = stats.target_calls > stats.plain_steps

@@ -68,7 +68,7 @@ class FixedPolicy:
 
     def plain_streak(self) -> int:
         # a fixed length is plain only when no tokens are left to draft; gamma = 0 (internal: pricing a plain
-        # step, exactspec.speed.profiles.loop_priced) is plain throughout, in streaks as gamma="auto" runs them
+        # step, exactspec.engine.loopcosts) is plain throughout, in streaks as gamma="auto" runs them
         return 1 if self.gamma else 1 << 30
 
     def skip_plain(self, m: int) -> None:
@@ -159,8 +159,8 @@ class AdaptivePolicy:
     def _plan(self) -> tuple:
         """`(k, rate, alpha, hope, hopeful)` from the acceptance model as it stands: the best fixed length
         and its rate, the first position's rate, the continuation's optimistic rate, and when no length pays
-        (k = 0), the length that would pay at optimistic rates (0 if none). Kept until the model changes (include / observe): a run of plain
-        steps, where nothing is verified, asks it once, not once per step."""
+        (k = 0), the length that would pay at optimistic rates (0 if none). Kept until the model changes
+        (include / observe): a run of plain steps, where nothing is verified, asks it once, not once per step."""
         if self._planned is None or self._planned_for is not self.model:  # (a model swapped in counts as new)
             self._planned_for = self.model
             # A model-free drafter's lookup is free and trim() decides each step by its match, so it looks
