@@ -68,7 +68,9 @@ def test_auto_gamma_carries_what_it_learnt_per_sampling_setting_and_calibrates_b
     assert calibrating._cost_model(1) == cheap.calibrate(run) != cheap
 
 
-def test_auto_gamma_measures_the_cost_model_once_per_pair_and_batch_size(monkeypatch):
+def test_auto_gamma_measures_the_cost_model_once_per_pair_and_batch_size(monkeypatch, tmp_path):
+    from exactspec.speed import profiles
+
     target, draft = _models()
     calls = []
     real = CostModel.measure.__func__
@@ -79,11 +81,17 @@ def test_auto_gamma_measures_the_cost_model_once_per_pair_and_batch_size(monkeyp
 
     monkeypatch.setattr(CostModel, "measure", classmethod(counting))
     monkeypatch.setattr("exactspec.engine.decoding._COST_MODELS", {})  # no timings left by earlier tests
+    monkeypatch.setenv("EXACTSPEC_CACHE", str(tmp_path))  # no stored profiles either
+    monkeypatch.setattr(profiles, "_IN_PROCESS", {})
     kw = dict(max_new_tokens=3, gamma="auto", do_sample=False, eos_token_id=[])
     for prompts in (PROMPTS[:1], PROMPTS[:1], PROMPTS[:2], PROMPTS[:2]):
         SpeculativeGenerator(target, draft).generate(*left_padded(prompts), **kw)
-    # Timed once per batch size (a batched step costs differently), then reused by every generator.
+    # Timed once per batch size (a batched step costs differently; as the loop runs it, stored on disk:
+    # exactspec.engine.loopcosts), then reused by every generator, and by a new process
     assert calls == [1, 2]
+    monkeypatch.setattr(profiles, "_IN_PROCESS", {})
+    SpeculativeGenerator(target, draft).generate(*left_padded(PROMPTS[:2]), **kw)
+    assert calls == [1, 2] and len(list((tmp_path / "costs").glob("*.loop-greedy.json"))) == 2
 
 
 @pytest.mark.parametrize("method", ["token", "block"])
