@@ -322,6 +322,8 @@ class SamplingSpec:
         """
         if self._identity:
             return logits
+        if not self._processors(1):  # sampling with no processor: the softmax of fp32 logits (the same values
+            return self._finish(logits.float())  # as the general path, without its per-call tensors)
         b, k1, v = logits.shape
         scores = logits.reshape(b * k1, v).float()  # generate() processes fp32 copies of the logits
         groups = [] if self._static_only else self._groups(drafts, lengths, prefixes)
