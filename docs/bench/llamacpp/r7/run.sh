@@ -6,8 +6,9 @@
 #      unseeded gamma="auto" drafting at a loss at T = 1 (the bench draws from a generator: unseeded runs).
 # b-*: after commit "gamma=auto, unseeded: a generator whose runs all drafted prices a plain step ..."; measured
 #      on unseen_code7.json, written before that fix was measured, and on held-out (bash run.sh b, at that commit).
-# c-*: the session's final state (unseeded runs priced from the stored loop-priced profile, a run that drafted a
-#      little re-priced pooled with earlier drafting runs); unseen_code8.json written before it was measured.
+# c-*: commit 7b19f13 (unseeded runs priced from the stored loop-priced profile, a run that drafted a little
+#      re-priced pooled with earlier drafting runs); unseen_code8.json written before it was measured. (Later:
+#      bb79706 trims ~15 us a step off the T = 1 plain step, same values; not rerun.)
 #      Also benchmarks/bench_seeded_auto.py: seeded gamma="auto" x our loop (what the bench, whose runs draw from
 #      a generator, does not show).
 # bash docs/bench/llamacpp/r7/run.sh   (from the repository root; about 15 minutes on 2 cores; the a-* lines
