@@ -46,7 +46,7 @@ def main() -> None:
     class Pooled(es.SpeculativeGenerator):
         """Re-priced between runs as before plain steps were priced apart."""
 
-        def _learn_costs(self, stats, batch_size):
+        def _learn_costs(self, stats, batch_size, sampled):
             if self.calibrate and stats.draft_calls and stats.target_calls:
                 pooled = dataclasses.replace(stats, plain_step_time=0.0)
                 self._calibrated[batch_size] = self._base_cost(batch_size).calibrate(pooled)

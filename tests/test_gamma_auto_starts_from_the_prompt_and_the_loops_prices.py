@@ -1,5 +1,5 @@
 """A fresh gamma="auto" starts from what the prompt says of the draft (exactspec.engine.promptprior), a seeded run
-prices with a profile the engine's own loop measured (exactspec.speed.profiles.loop_priced), and an optimistic
+prices with a profile the engine's own loop measured (exactspec.engine.loopcosts.loop_priced), and an optimistic
 probe drafts the length it hopes pays. None of it changes the output's law: greedy output equals the target's,
 and seeded runs reproduce."""
 from __future__ import annotations
@@ -14,7 +14,7 @@ from exactspec import CostModel, SpeculativeGenerator
 from exactspec.engine.hfconfig import SamplingSpec
 from exactspec.engine.loopcosts import calibration_run
 from exactspec.engine.policy import AdaptivePolicy, DraftingState
-from exactspec.engine.promptprior import PROMPT_WEIGHT, prompt_evidence
+from exactspec.engine.promptprior import PROMPT_WEIGHT, prompt_evidence, prompt_positions
 from exactspec.speed import profiles
 
 P = torch.tensor([0.40, 0.30, 0.15, 0.10, 0.05])
@@ -178,8 +178,46 @@ def test_a_run_that_drafted_a_little_is_priced_pooled_with_the_drafting_runs_bef
     assert many.target_calls >= 20 and few.target_calls <= 4 and plain.target_calls == plain.plain_steps
     gen._learn_costs(many, 1, False)
     assert gen._cost_model(1) == base.calibrate(many).keeping_plain_price(None, default=0.0)
+    before = gen._cost_model(1)
     gen._learn_costs(few, 1, False)  # a few steps alone would set the price of every step
-    pooled = base.calibrate([few, many]).keeping_plain_price(gen._cost_model(1), default=0.0)
+    pooled = base.calibrate([few, many]).keeping_plain_price(before, default=0.0)
     assert gen._cost_model(1) == pooled != base.calibrate(few).keeping_plain_price(None, default=0.0)
     gen._learn_costs(plain, 1, False)  # a run that drafted nothing is not pooled: it prices plain steps only
     assert gen._cost_model(1) == pooled.calibrate(plain).keeping_plain_price(pooled, default=0.0)
+
+
+def test_a_padded_batchs_evidence_is_each_rows_own_under_top_p_and_a_large_batch_reads_fewer_positions(monkeypatch):
+    target, draft = _models()
+    seen = _spy(monkeypatch)
+    prompts = [[3, 14, 15, 9, 26, 5, 35, 8, 9, 7, 9, 3], [7, 8, 11, 12], [21, 22, 23, 24, 25, 26, 27]]
+    kw = dict(max_new_tokens=2, eos_token_id=[], pad_token_id=0, do_sample=True, temperature=0.7, top_p=0.9,
+              top_k=0, seed=1)
+    gen = SpeculativeGenerator(target, draft, cost_model=CostModel(0.001, {1: 0.01, 16: 0.012}))
+    gen.generate(*left_padded(prompts), **kw)
+    batch_conf, batch_acc = seen[-1]
+    want_conf, want_acc = [], []
+    for prompt in prompts:  # each row alone: the same expected verdicts, in row order
+        gen.generate(torch.tensor([prompt]), **kw)
+        want_conf += seen[-1][0]
+        want_acc += seen[-1][1]
+    assert len(batch_acc) == sum(len(p) - 1 for p in prompts)
+    assert batch_acc == pytest.approx(want_acc, abs=1e-5) and batch_conf == pytest.approx(want_conf, abs=1e-5)
+    assert any(0 < a < 1 for a in batch_acc)  # sampled laws (top-p truncated), not one-hot argmaxes
+    assert prompt_positions(1, 100, 4096) == 32 and prompt_positions(1, 1, 4096) == 0
+    assert 0 < prompt_positions(16, 100, 49_152) < 32  # a bounded number of logits in flight ...
+    assert prompt_positions(64, 100, 152_000) == 0  # ... and none when one position per row would pass it
+
+
+def test_a_seeded_auto_run_reproduces_from_the_stored_profile_and_the_prompt(monkeypatch, tmp_path):
+    monkeypatch.setenv("EXACTSPEC_CACHE", str(tmp_path))
+    monkeypatch.setattr(profiles, "_IN_PROCESS", {})
+    target, draft = _models()
+    kw = dict(max_new_tokens=24, eos_token_id=[], do_sample=True, temperature=1.0, top_k=0, seed=7)
+    ids = torch.tensor([[3, 14, 15, 9, 26, 5, 35]])
+    first = SpeculativeGenerator(target, draft).generate(ids, **kw)  # measures and stores the profile
+    learnt = SpeculativeGenerator(target, draft)
+    learnt.generate(ids, **{**kw, "seed": None}, generator=torch.Generator().manual_seed(3))
+    monkeypatch.setattr(profiles, "_IN_PROCESS", {})  # as a new process: the profile read back from disk
+    again = learnt.generate(ids, **kw)
+    assert torch.equal(first.sequences, again.sequences)
+    assert first.stats.gamma_history == again.stats.gamma_history

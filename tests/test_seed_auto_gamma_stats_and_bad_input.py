@@ -80,7 +80,7 @@ def test_auto_gamma_measures_the_cost_model_once_per_pair_and_batch_size(monkeyp
         return real(cls, *a, **kw)
 
     monkeypatch.setattr(CostModel, "measure", classmethod(counting))
-    monkeypatch.setattr("exactspec.engine.decoding._COST_MODELS", {})  # no timings left by earlier tests
+    monkeypatch.setattr("exactspec.engine.autocosts._COST_MODELS", {})  # no timings left by earlier tests
     monkeypatch.setenv("EXACTSPEC_CACHE", str(tmp_path))  # no stored profiles either
     monkeypatch.setattr(profiles, "_IN_PROCESS", {})
     kw = dict(max_new_tokens=3, gamma="auto", do_sample=False, eos_token_id=[])

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import copy
 import time
-import weakref
 
 import torch
 import torch.nn.functional as F
@@ -28,6 +27,7 @@ from exactspec.backends.seam import check_same_vocab, is_backend_model, supports
 from exactspec.verification.checks import ArgumentTypeError, check_bool, check_int
 from exactspec.engine.drafters import Draft, DraftModelDrafter, PromptLookupDrafter
 from exactspec.engine.hfconfig import Prefixes, SamplingSpec
+from exactspec.engine.autocosts import base_cost, learn_costs
 from exactspec.engine.policy import AdaptivePolicy, DraftingState, FixedPolicy
 from exactspec.engine.output import GenerationOutput, GenerationStream, StreamStep
 from exactspec.engine.plainstep import PLAIN_RUN, plain_step
@@ -39,11 +39,6 @@ from exactspec.engine.treepolicy import auto_runs_tree, learn_from_chain
 from exactspec.engine.trees import parse_tree, run_tree
 
 __all__ = ["SpeculativeGenerator", "GenerationOutput", "StreamStep", "GenerationStream"]
-
-# Cost models measured once per (target, draft, batch size) for gamma="auto"; weak refs so models can be freed.
-_COST_MODELS: dict[tuple[int, int, int], tuple] = {}
-_POOL_STEPS = 16  # speculative steps a re-pricing pools at least, over a generator's last runs ...
-_POOL_RUNS = 8  # ... and the most runs it pools
 
 
 class SpeculativeGenerator:
@@ -122,7 +117,7 @@ class SpeculativeGenerator:
         self._tree_calibrated: dict[int, object] = {}  # tree="auto": cost models calibrated on tree runs
         self._tree_speedup: dict[tuple, float] = {}  # tree="auto": what its tree and chain runs achieved
         self._calibrated: dict[int, object] = {}
-        self._recent: dict[int, list] = {}  # per batch size: the last drafting runs' statistics (_learn_costs)
+        self._recent: dict[tuple, list] = {}  # per (batch size, sampled): the last drafting runs' statistics
         self._stored_costs = False  # True on a seeded run's view (_seeded): price with the stored profile
 
     @staticmethod
@@ -217,39 +212,9 @@ class SpeculativeGenerator:
 
     # ---------------------------------------------------------------------------------- gamma
     def _base_cost(self, batch_size: int, sampled: bool | None = None):
-        """The given cost model, else the stored profile (exactspec.speed.profiles) for this batch size, priced
-        as this loop runs in its sampling mode (`sampled`; exactspec.engine.loopcosts) when a draft model
-        drafts; else (trees, prompt lookup) one of the bare forwards: a seeded run's stored, an unseeded run's
-        measured once per pair and batch size in the process, so that fresh generators on the same models
-        price alike. Unseeded runs take the loop-priced profile too: the bare T_target(1) (a forward after
-        200 cached tokens) priced a plain step above what the loop's plain steps took, and with no plain step
-        measured yet gamma="auto" drafted at a loss (llama.cpp, T = 1, unseen7: 0.70x our loop, 2026-12-04);
-        what each run measures re-prices it from then on (_learn_costs)."""
-        from exactspec.speed.costmodel import CostModel
-
-        if self.cost_model is not None:
-            return self.cost_model
-        draft = self.draft if self.draft is not None else self.target
-        if self.draft is not None and sampled is not None:
-            from exactspec.engine.loopcosts import loop_priced
-            from exactspec.speed.profiles import stored_cost_model
-
-            return stored_cost_model(self.target, draft, batch_size, loop="sampled" if sampled else "greedy",
-                                     measure=lambda: loop_priced(self, batch_size, sampled=bool(sampled)))
-        if self._stored_costs:  # a seeded run: the profile on disk, the same in every process
-            from exactspec.speed.profiles import stored_cost_model
-
-            cm = stored_cost_model(self.target, draft, batch_size)
-            return cm.without_draft() if self.draft is None else cm
-        key = (id(self.target), id(draft), batch_size)
-        hit = _COST_MODELS.get(key)
-        if hit is not None and hit[0]() is self.target and hit[1]() is draft:
-            return hit[2]
-        cm = CostModel.measure(self.target, draft, batch_size=batch_size)
-        if self.draft is None:  # model-free drafter: drafting costs (almost) nothing next to the target
-            cm = cm.without_draft()
-        _COST_MODELS[key] = (weakref.ref(self.target), weakref.ref(draft), cm)
-        return cm
+        """What gamma="auto" prices with before this generator has re-priced anything (exactspec.engine.autocosts)."""
+        return base_cost(self, batch_size, sampled,
+                         fresh=lambda: SpeculativeGenerator(self.target, self.draft, calibrate=False))
 
     def _cost_model(self, batch_size: int, sampled: bool | None = None):
         """What gamma="auto" prices a run with, fixed before the run: with `calibrate`, the base model
@@ -265,38 +230,8 @@ class SpeculativeGenerator:
                               self._drafting.setdefault(key, DraftingState()), free_draft=self.draft is None)
 
     def _learn_costs(self, stats: GenerationStats, batch_size: int, sampled: bool) -> None:
-        """After a gamma="auto" run: price later runs at this batch size as this loop ran (a draft step with
-        caches the target just evicted, the per-step overhead of a speculative and of a plain step). Only
-        between runs, so that no run's decisions hang on timings taken inside it and a seeded run on a
-        fresh generator reproduces. A model-free drafter (prompt lookup) is re-priced too: the bare table
-        alone put a width-2 step at the price of a plain one and it drafted at a loss (T = 1). A run that
-        verified no draft keeps what the model it ran with knew of drafting steps.
-
-        A run that drafted is priced pooled with the drafting runs before it, back to _POOL_STEPS speculative
-        steps (of the last _POOL_RUNS such runs): a run that drafted once or twice (a probe) priced a
-        speculative step's overhead from those alone, which swung between 0.9 and 2.3 ms from run to run on
-        llama.cpp, and a cheap swing made the next run draft at a loss (T = 1, unseen5: 23 drafting steps of
-        27, 2026-12-04)."""
-        if not (self.calibrate and stats.target_calls):
-            return
-        drafted = stats.target_calls > stats.plain_steps
-        pool = [stats]
-        if drafted:  # pooled with the runs before it that drafted (runs that did not say nothing of drafting)
-            runs = self._recent.setdefault(batch_size, [])
-            spec = stats.target_calls - stats.plain_steps
-            for run in reversed(runs):
-                if spec >= _POOL_STEPS:
-                    break
-                pool.append(run)
-                spec += run.target_calls - run.plain_steps
-            runs.append(stats)
-            del runs[:-_POOL_RUNS]
-        base = self._base_cost(batch_size, sampled) if drafted else self._cost_model(batch_size, sampled)
-        # (what earlier runs measured of a plain step stays known when these made too few to price; before
-        # any did, a plain step is priced as the base model prices it, the bare forward alone when unknown)
-        plain = base.measured_plain_overhead
-        self._calibrated[batch_size] = base.calibrate(pool if len(pool) > 1 else stats).keeping_plain_price(
-            self._calibrated.get(batch_size), default=0.0 if plain is None else plain)
+        """After a gamma="auto" run: re-price later runs as this loop ran (exactspec.engine.autocosts)."""
+        learn_costs(self, stats, batch_size, sampled)
 
     # ------------------------------------------------------------------------------------ loop
     # inference_mode, not no_grad: no version counters or view tracking per op, ~10% of a small target's

@@ -1,5 +1,6 @@
-"""What the engine's own loop costs around the forwards, measured once for a seeded ``gamma="auto"`` run's stored
-profile (:func:`exactspec.speed.profiles.stored_cost_model` with ``loop=``)."""
+"""What the engine's own loop costs around the forwards, measured once per machine and sampling mode for the
+stored profile ``gamma="auto"`` starts from (:func:`exactspec.speed.profiles.stored_cost_model` with ``loop=``;
+:func:`exactspec.engine.autocosts.base_cost`)."""
 from __future__ import annotations
 
 import torch
@@ -21,9 +22,9 @@ def loop_priced(gen, batch_size: int = 1, *, sampled: bool = False, new_tokens: 
     overhead are what the gamma = 4 runs took. One moment for all: this machine's speed drifts by up to 1.5x
     between sessions, and a table measured at another moment than the loop mispriced drafting against plain
     steps. Random tokens are accepted at random rates; only the seconds per call and per step are read.
-    `gen`: a SpeculativeGenerator with a draft model; its models are run (with nothing learnt, nothing kept)."""
+    `gen`: a fresh SpeculativeGenerator on the pair with a draft model (its runs use fixed lengths: no cost
+    model, nothing learnt)."""
     bare = CostModel.measure(gen.target, gen.draft, batch_size=batch_size)
-    gen = type(gen)(gen.target, gen.draft, cost_model=bare, calibrate=False)
     ids = torch.randint(0, vocab_size(gen.target), (batch_size, 32), generator=torch.Generator().manual_seed(0))
     kw = dict(max_new_tokens=new_tokens, eos_token_id=[], seed=0,
               **(dict(do_sample=True, temperature=1.0, top_k=0, top_p=1.0) if sampled else dict(do_sample=False)))

@@ -197,7 +197,7 @@ class AdaptivePolicy:
             st.probe_gap = self._first_gap  # drafting pays again: probe soon after it stops paying
         self._alpha, self._later, self._p = alpha, hope, None
         # A model drafter stops itself (include / more) below max_gamma; a model-free one (prompt lookup)
-        # finds up to max_gamma tokens (1 for a probe) and trim() picks how many the step verifies.
+        # finds up to max_gamma tokens (a probe: up to its length) and trim() picks how many the step verifies.
         self._plain = k == 0  # a plain step by decision (not only because no tokens are left)
         cap = (k if self.probing else self.max_gamma) if k else 0
         if cap:  # A batch ends with its slowest row, so the rows with the most left weigh most in its decisions

@@ -20,10 +20,18 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["PROMPT_POSITIONS", "PROMPT_WEIGHT", "prompt_evidence", "seed_acceptance"]
+__all__ = ["PROMPT_POSITIONS", "PROMPT_WEIGHT", "prompt_positions", "prompt_evidence", "seed_acceptance"]
 
-PROMPT_POSITIONS = 32  # the prompt's last positions read (the target's logits there cost its lm head only)
+PROMPT_POSITIONS = 32  # the prompt's last positions read (the target's logits there cost its lm head only) ...
+PROMPT_ELEMENTS = 1 << 22  # ... fewer when B x positions x V would pass this many logits (16 MB in fp32 each)
 PROMPT_WEIGHT = 0.5  # pseudo-observations per prompt position: prompt text is not the target's own text
+
+
+def prompt_positions(rows: int, prompt_len: int, vocab: int) -> int:
+    """How many of the prompt's last slots to read: up to PROMPT_POSITIONS, fewer for a large batch or
+    vocabulary (the evidence holds a few [rows, m, vocab] fp32 tensors of at most PROMPT_ELEMENTS values), none
+    for a one-token prompt or when one slot per row would pass that bound (the run then starts unseeded)."""
+    return max(0, min(PROMPT_POSITIONS, prompt_len - 1, PROMPT_ELEMENTS // max(1, rows * vocab)))
 
 
 def prompt_evidence(p_logits: torch.Tensor, q_logits: torch.Tensor, valid: torch.Tensor, spec) -> tuple:
@@ -40,11 +48,13 @@ def prompt_evidence(p_logits: torch.Tensor, q_logits: torch.Tensor, valid: torch
         raise ValueError(f"prompt_evidence: shapes {tuple(p_logits.shape)}, {tuple(q_logits.shape)} and "
                          f"{tuple(valid.shape)} do not agree on [B, m]")
     p = spec.probs(p_logits.float())  # [B, m, V]: one-hot argmax when greedy
-    q = spec.probs(q_logits.float())
-    accept = torch.minimum(p, q).sum(-1).clamp(0.0, 1.0)  # [B, m]
-    if spec.greedy:  # the drafter's confidence when greedy: its softmax, before any processor
-        conf = torch.softmax(q_logits[..., : spec.vocab_size].float(), -1).amax(-1)
+    if spec.greedy:  # the drafter's token and confidence when greedy: its raw argmax and softmax (no processor)
+        raw = q_logits[..., : spec.vocab_size].float()
+        accept = p.gather(-1, raw.argmax(-1, keepdim=True)).squeeze(-1)  # 1 where the target's choice agrees
+        conf = torch.softmax(raw, -1).amax(-1)
     else:
+        q = spec.probs(q_logits.float())
+        accept = torch.minimum(p, q).sum(-1).clamp(0.0, 1.0)  # [B, m]
         conf = q.amax(-1)
     before = torch.cat([torch.zeros_like(accept[:, :1]), accept[:, :-1]], 1) * valid.roll(1, 1)
     before[:, 0] = 0.0

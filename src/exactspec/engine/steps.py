@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 
 from exactspec.backends.cache import sync as _sync
-from exactspec.backends.seam import open_session
+from exactspec.backends.seam import open_session, vocab_size
 from exactspec.engine.drafters import DraftModelDrafter
-from exactspec.engine.promptprior import PROMPT_POSITIONS, prompt_evidence
+from exactspec.engine.promptprior import prompt_evidence, prompt_positions
 
 __all__ = ["cut_at_eos", "write_emitted", "prefill"]
 
@@ -45,9 +45,9 @@ def prefill(model, drafter, ids: torch.Tensor, mask: torch.Tensor, lazy: bool = 
     if getattr(drafter, "wants_target_features", False):  # a feature draft reads the target's hidden states
         drafter.watch(target)
     plain_drafter = isinstance(drafter, DraftModelDrafter) and type(drafter).start is DraftModelDrafter.start
-    m = min(PROMPT_POSITIONS, ids.shape[1] - 1)
-    if not (plain_drafter and m > 0 and getattr(policy, "wants_prompt_prior", False) and spec.static_only):
-        m = 0
+    m = 0
+    if plain_drafter and getattr(policy, "wants_prompt_prior", False) and spec.static_only:
+        m = prompt_positions(ids.shape[0], ids.shape[1], vocab_size(model))
     if ids.shape[1] > 1:
         p_logits = target.forward(ids[:, :-1], mask[:, :-1].bool(), logits_to_keep=max(m, 1))  # [B, m or 1, V]
     if plain_drafter:
