@@ -109,13 +109,21 @@ class AcceptanceModel:
         self.n, self.a, self.seen = [v * d for v in self.n], [v * d for v in self.a], [v * d for v in self.seen]
         self.later_n, self.later_a = self.later_n * d, self.later_a * d
         accepted = _floats(accepted)
-        later = [False] * len(accepted) if later is None else later
-        for b, ok, lat in zip(self.bins(confidence), accepted, later):
-            self.n[b] += 1.0
-            self.a[b] += float(ok)
+        self.count(confidence, accepted, [False] * len(accepted) if later is None else later)
+
+    def count(self, confidence, accepted, later, weight: float = 1.0, seen: bool = False) -> None:
+        """Add verdicts without decay, `weight` pseudo-observations each: `accepted [N]` (bools, or expected
+        acceptances in [0, 1]), `later [N]` (whether, or the chance that, the position came after an accepted
+        one); `seen`: count them as occurrences of their bins too (:meth:`see`). :meth:`observe` counts a
+        run's verdicts; :mod:`exactspec.engine.promptprior` the prompt's expected ones."""
+        for b, ok, lat in zip(self.bins(confidence), _floats(accepted), later):
+            self.n[b] += weight
+            self.a[b] += weight * float(ok)
+            if seen:
+                self.seen[b] += weight
             if lat:
-                self.later_n += 1.0
-                self.later_a += float(ok)
+                self.later_n += weight * float(lat)
+                self.later_a += weight * float(lat) * float(ok)
         self._rates = None
 
 

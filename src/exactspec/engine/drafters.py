@@ -102,10 +102,9 @@ class DraftModelDrafter:
         if self._unfed is None:
             return 0.0
         t0 = time.perf_counter()
-        ids, mask = self._unfed
-        self._unfed = None
-        self.state.forward(ids, mask, logits_to_keep=1)
-        sync(ids.device)
+        device = self._unfed[0].device
+        self.prompt_logits(1)
+        sync(device)
         return time.perf_counter() - t0
 
     def prompt_logits(self, keep: int) -> torch.Tensor | None:

@@ -36,7 +36,7 @@ import math
 import torch
 
 from exactspec.engine.acceptmodel import AcceptanceModel, DraftingState
-from exactspec.engine.promptprior import seed_acceptance
+from exactspec.engine.promptprior import PROMPT_WEIGHT
 from exactspec.verification.checks import check_real
 
 __all__ = ["FixedPolicy", "AdaptivePolicy", "AcceptanceModel", "DraftingState"]
@@ -134,8 +134,10 @@ class AdaptivePolicy:
         return not self.free_draft and self.model.observations == 0
 
     def seed_from_prompt(self, confidence: list, accept: list, after: list) -> None:
-        """Start from the prompt's expected verdicts (:func:`exactspec.engine.promptprior.prompt_evidence`)."""
-        seed_acceptance(self.model, confidence, accept, after)
+        """Start from the prompt's expected verdicts (:func:`exactspec.engine.promptprior.prompt_evidence`),
+        undecayed, each in its confidence bin (as seen and as verified) and, weighed by the chance its predecessor
+        was accepted, towards the continuation rate."""
+        self.model.count(confidence, accept, after, weight=PROMPT_WEIGHT, seen=True)
         self._planned = None
 
     # ------------------------------------------------------------------------------ pricing

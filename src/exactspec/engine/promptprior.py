@@ -10,7 +10,7 @@ their logits, where the target's row j is its law for prompt token j + 1 given t
 what verification would compare with the draft's. Teacher-forced on the prompt, the probability that the token
 rule keeps a drafted token at a position is ``sum_x min(p(x), q(x))`` (1 or 0 when greedy: argmax agreement),
 binned by the draft's confidence ``max_x q(x)`` as drafting bins it. Those expected verdicts seed a fresh model
-at `weight` pseudo-observations each.
+at PROMPT_WEIGHT pseudo-observations each (``AcceptanceModel.count``, through ``AdaptivePolicy.seed_from_prompt``).
 
 It is a function of the prompt and the models' logits only (no clock, no earlier run), so a seeded run that
 starts from it still reproduces. It changes what is drafted, never how a draft is verified: the output's law
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["PROMPT_POSITIONS", "PROMPT_WEIGHT", "prompt_positions", "prompt_evidence", "seed_acceptance"]
+__all__ = ["PROMPT_POSITIONS", "PROMPT_WEIGHT", "prompt_positions", "prompt_evidence"]
 
 PROMPT_POSITIONS = 32  # the prompt's last positions read (the target's logits there cost its lm head only) ...
 PROMPT_ELEMENTS = 1 << 22  # ... fewer when B x positions x V would pass this many logits (16 MB in fp32 each)
@@ -61,15 +61,3 @@ def prompt_evidence(p_logits: torch.Tensor, q_logits: torch.Tensor, valid: torch
     keep = valid.reshape(-1)
     return conf.reshape(-1)[keep].tolist(), accept.reshape(-1)[keep].tolist(), before.reshape(-1)[keep].tolist()
 
-
-def seed_acceptance(model, confidence: list, accept: list, after: list, weight: float = PROMPT_WEIGHT) -> None:
-    """Add the prompt's expected verdicts to an acceptance model (:class:`~exactspec.engine.acceptmodel.
-    AcceptanceModel`) at `weight` each, undecayed: each position counts in its confidence bin (as seen and as
-    verified) and, weighed by the chance its predecessor was accepted, towards the continuation rate."""
-    for b, ok, prev in zip(model.bins(confidence), accept, after):
-        model.n[b] += weight
-        model.a[b] += weight * ok
-        model.seen[b] += weight
-        model.later_n += weight * prev
-        model.later_a += weight * prev * ok
-    model._rates = None

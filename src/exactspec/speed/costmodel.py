@@ -180,10 +180,12 @@ class CostModel:
         top of a 1.8 ms forward, so gamma="auto" kept drafting where plain steps ran 1.2x faster), else
         `default` (seconds) when given. Without a default, a generator whose runs all drafted never learnt the
         plain price and kept drafting at a loss (llama.cpp, T = 1, held-out: 0.76x our loop, 2026-12-04)."""
-        known = earlier.measured_plain_overhead if earlier is not None else None
-        plain = self._t_overhead_plain if self._t_overhead_plain is not None else known if known is not None \
-            else default
-        if plain is None or plain == self._t_overhead_plain:
+        if self._t_overhead_plain is not None:
+            return self
+        plain = earlier.measured_plain_overhead if earlier is not None else None
+        if plain is None:
+            plain = default
+        if plain is None:
             return self
         return CostModel(self.t_draft, self.target_times, self.metadata, self.t_overhead, self.t_draft_cold,
                          plain, self.t_overhead_by_gamma)
