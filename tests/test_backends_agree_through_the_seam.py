@@ -152,3 +152,37 @@ def test_a_missing_llama_cpp_python_is_one_clear_error(tiny, tmp_path):
     cli = subprocess.run([sys.executable, "-m", "exactspec", "generate", "--backend", "llamacpp", "x"], env=env,
                          capture_output=True, text=True, timeout=120)
     assert cli.returncode == 2 and cli.stderr.count("\n") == 1 and "pip install 'exactspec[llamacpp]'" in cli.stderr
+
+
+@pytest.mark.parametrize("sampled", [False, True])
+def test_a_plain_run_on_llamacpp_makes_its_target_alone_loops_calls_and_tokens(tiny, monkeypatch, sampled):
+    """A run whose first step is plain takes the whole prompt in its prefill, as target-alone decoding does, so
+    on llama.cpp (where a k-token batch rounds otherwise than a 1-token call) its logits are the loop's own:
+    the same calls, the same tokens, seeded at T = 1 too. A generator whose gamma="auto" learnt that
+    drafting does not pay starts its next run so."""
+    from exactspec.backends.llamacpp import LlamaCppSession
+    from exactspec.engine.loopcosts import calibration_run
+
+    widths, real = [], LlamaCppSession.forward
+
+    def forward(self, tokens, valid, logits_to_keep=0):
+        widths.append(tokens.shape[1])
+        return real(self, tokens, valid, logits_to_keep)
+    monkeypatch.setattr(LlamaCppSession, "forward", forward)
+    gen = SpeculativeGenerator(tiny["target"], tiny["draft"], cost_model=CostModel(1.0, {1: 0.01, 16: 0.16}))
+    kw = dict(do_sample=True, temperature=1.0, top_k=0) if sampled else dict(do_sample=False)
+    for seed, prompt in enumerate([[5, 9, 13, 5, 9, 2], [7, 8, 11, 12, 30, 31, 40, 41]]):
+        ids = torch.tensor([prompt])
+        widths.clear()
+        out = calibration_run(gen, ids, gamma=0, max_new_tokens=20, eos_token_id=[], seed=seed, **kw)
+        engine = list(widths)
+        widths.clear()
+        alone = target_alone_loop(tiny["target"], ids, torch.ones_like(ids), max_new_tokens=20,
+                                  temperature=1.0 if sampled else 0, seed=seed)
+        assert engine == widths == [len(prompt)] + [1] * 19
+        assert out.sequences[0, len(prompt):].tolist() == alone[0].tolist()
+    ids = torch.tensor([[5, 9, 13, 5, 9, 2]])
+    gen.generate(ids, max_new_tokens=8, eos_token_id=[], **kw)  # a fresh gamma="auto": reads the prompt first
+    widths.clear()
+    out = gen.generate(ids, max_new_tokens=8, eos_token_id=[], **kw)  # learnt: plain from the start
+    assert widths[0] == 6 and out.stats.gamma_history[0] == 0  # (it may probe later on)

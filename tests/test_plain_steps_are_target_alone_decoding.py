@@ -4,6 +4,7 @@ their EOS at different steps; sampled: the inverse-CDF draw from the run's seede
 statistics and stream count one token per target call, none from the draft."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 from _spec_models import left_padded, target_greedy, tiny_lm
@@ -71,3 +72,39 @@ def test_plain_steps_sample_from_the_target_with_the_run_generator():
             seq.append(int(sample_from_probs(p, gen)))
     assert out.sequences[0].tolist() == seq
     assert seq[len(prompt):] != target_greedy(target, prompt, N)  # the check can tell sampling apart
+
+
+def _forward_widths(monkeypatch, session_class):
+    """Record the number of tokens each target-session forward feeds (prefills included)."""
+    widths, real = [], session_class.forward
+
+    def forward(self, tokens, valid, logits_to_keep=0):
+        widths.append(tokens.shape[1])
+        return real(self, tokens, valid, logits_to_keep)
+    monkeypatch.setattr(session_class, "forward", forward)
+    return widths
+
+
+@pytest.mark.parametrize("sampled", [False, True])
+def test_a_run_whose_first_step_is_plain_feeds_the_whole_prompt_as_the_target_alone_loop_does(monkeypatch, sampled):
+    """A policy that decided before the prompt that its first step is plain (gamma=0 here, as the engine prices
+    plain steps; a learnt gamma="auto" likewise) makes that step's forward the prefill's: the same calls as
+    target-alone decoding (the whole prompt, then one token per call), and so its very tokens, seeded."""
+    from exactspec.backends.cache import SlotCache
+    from exactspec.engine.baseline import target_alone_loop
+    from exactspec.engine.loopcosts import calibration_run
+
+    target = tiny_lm("llama", seed=3, init=0.1)
+    gen = SpeculativeGenerator(target, tiny_lm("llama", seed=99, init=1.0, layers=1))
+    ids = torch.tensor([[5, 9, 13, 5, 9, 2]])
+    widths = _forward_widths(monkeypatch, SlotCache)
+    kw = dict(do_sample=True, temperature=1.0, top_k=0) if sampled else dict(do_sample=False)
+    out = calibration_run(gen, ids, gamma=0, max_new_tokens=N, eos_token_id=[], seed=77, **kw)
+    engine, widths[:] = list(widths), []
+    alone = target_alone_loop(target, ids, torch.ones_like(ids), max_new_tokens=N, temperature=1.0 if sampled else 0,
+                              seed=77)
+    assert engine == widths == [6] + [1] * (N - 1)  # (it fed the prompt less its last token, then N tokens)
+    assert out.sequences[0, 6:].tolist() == alone[0].tolist()
+    assert out.stats.plain_steps == out.stats.target_calls == N and out.stats.new_tokens == N
+    if sampled:
+        assert alone[0].tolist() != target_greedy(target, ids[0].tolist(), N)

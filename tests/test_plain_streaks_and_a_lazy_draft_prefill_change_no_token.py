@@ -186,3 +186,28 @@ def test_a_streak_reads_each_steps_own_prefix_for_prefix_dependent_settings(monk
         ref = target.generate(input_ids=torch.tensor([p]), do_sample=False, max_new_tokens=40, pad_token_id=0,
                               eos_token_id=None, **settings)[0, len(p):]
         assert runs[0][0][b, ids.shape[1]:].tolist() == ref.tolist()
+
+
+def test_a_streaks_tokens_reach_the_drafter_as_one_step_each_would():
+    """update_plain (a streak's tokens at once) leaves a drafter as update() per token does; a feature draft,
+    which pairs each token with its forward's features, has none and gets update() per token."""
+    from exactspec.engine.drafters import Draft, DraftModelDrafter, PromptLookupDrafter
+    from exactspec.engine.featuredrafter import FeatureDrafter
+    from exactspec.engine.plainstep import tell_drafter
+
+    ids, mask = left_padded(PROMPTS)
+    made = torch.tensor([[3, 4, 5], [6, 7, 8]])
+    empty = Draft.empty(2, ids.device)
+    for make in (lambda: DraftModelDrafter(tiny_lm("llama", seed=5, layers=1)), lambda: PromptLookupDrafter()):
+        block, single = make(), make()
+        for d in (block, single):
+            d.start(ids, mask)
+        tell_drafter(block, torch.zeros(2, dtype=torch.long), made, empty)
+        for j in range(3):
+            single.update(torch.zeros(2, dtype=torch.long), made[:, j], empty)
+        if isinstance(block, DraftModelDrafter):
+            assert torch.equal(block.pending, single.pending) and torch.equal(block.pending_valid, single.pending_valid)
+            assert block.pending[:, -3:].tolist() == made.tolist()
+        else:
+            assert block.history == single.history and [h[-3:] for h in block.history] == made.tolist()
+    assert FeatureDrafter.update_plain is None

@@ -76,7 +76,7 @@ class Context:
 
     def clear(self) -> None:
         """Forget every sequence."""
-        llama().llama_memory_clear(self._mem, True)
+        llama().llama_memory_clear(self._mem, False)  # the cells only: their data is written before it is read
 
     def remove(self, seq: int, start: int) -> None:
         """Drop sequence `seq`'s cached positions from `start` on."""

@@ -30,7 +30,7 @@ from exactspec.engine.hfconfig import Prefixes, SamplingSpec
 from exactspec.engine.autocosts import base_cost, learn_costs
 from exactspec.engine.policy import AdaptivePolicy, DraftingState, FixedPolicy
 from exactspec.engine.output import GenerationOutput, GenerationStream, StreamStep
-from exactspec.engine.plainstep import PLAIN_RUN, plain_step
+from exactspec.engine.plainstep import PLAIN_RUN, plain_step, tell_drafter
 from exactspec.speed.stats import GenerationStats
 from exactspec.verification.rules import greedy_verdict, verify
 from exactspec.engine.runargs import _check_causal_lm, run_args
@@ -255,15 +255,23 @@ class SpeculativeGenerator:
         active = torch.arange(b, device=device) if max_new > 0 else torch.zeros(0, dtype=torch.long)
         # A per-run copy: drafters keep per-run state, and two streams of one generator may interleave.
         drafter = copy.copy(self.drafter)
+        caps = first = None
         if max_new > 0:
-            target, pending = prefill(self.target, drafter, ids, mask, lazy=True, policy=policy, spec=spec)
+            # A policy that has decided its first step before seeing the prompt: a plain one goes in the prefill
+            if not getattr(policy, "wants_prompt_prior", False) and \
+                    not getattr(drafter, "wants_target_features", False):
+                caps = policy.next_lengths(max_new - n_gen - 1)  # [B]
+            target, pending, first = prefill(self.target, drafter, ids, mask, lazy=True, policy=policy, spec=spec,
+                                             plain_first=caps is not None and not bool(caps.any()))
             stats.prefill_time = time.perf_counter() - t_start
         while active.numel():
             whole = active.numel() == b  # every row still running (steps priced per drafted length: see stats)
-            caps = policy.next_lengths(max_new - n_gen[active] - 1)  # [B]; all 0: a plain target step
+            if caps is None:
+                caps = policy.next_lengths(max_new - n_gen[active] - 1)  # [B]; all 0: a plain target step
             t0 = time.perf_counter()
             # (a plain step asks nothing of the drafter, so its time is the plain step's, not drafting's)
             draft = drafter.propose(caps, spec, policy) if bool(caps.any()) else Draft.empty(len(caps), device)
+            caps = None
             stats.record_draft(draft)
             _sync(device)
             t1 = time.perf_counter()
@@ -277,7 +285,8 @@ class SpeculativeGenerator:
                 streak = 1 if draft.calls or getattr(drafter, "wants_target_features", False) else \
                     min(policy.plain_streak(), PLAIN_RUN)
                 made, done, step = plain_step(target, spec, pending, Prefixes(ids, mask, out, n_gen, active),
-                                              eos, max_new, stats, streak)
+                                              eos, max_new, stats, streak, first)
+                first = None
                 if made.shape[1] > 1:
                     policy.skip_plain(made.shape[1] - 1)
                     for _ in range(made.shape[1] - 1):
@@ -342,8 +351,7 @@ class SpeculativeGenerator:
                 if big_k:  # (a plain step fed the pending token only, and keeps it)
                     target.rollback(pos <= n[:, None])  # pending + accepted drafts; the bonus is pending now
                 if big_k == 0:  # each token of a plain streak is its own step for the drafter
-                    for j in range(made.shape[1]):
-                        drafter.update(n, made[:, j], draft)
+                    tell_drafter(drafter, n, made, draft)
                 else:
                     drafter.update(n, nxt, draft)
                 pending = nxt

@@ -193,6 +193,12 @@ class DraftModelDrafter:
         self.pending, self.pending_valid = left_pack(torch.cat([tail, nxt], 1),
                                                      torch.cat([(j <= accepted[:, None])[:, f:], ones], 1))
 
+    def update_plain(self, made: torch.Tensor) -> None:
+        """`made [B, m]`: m plain steps, none proposed to, emitted these tokens; they join the pending ones
+        (what :meth:`update` does for each, in one op)."""
+        self.pending = torch.cat([self.pending, made], 1)
+        self.pending_valid = torch.cat([self.pending_valid, torch.ones_like(made, dtype=torch.bool)], 1)
+
     def select_rows(self, rows: torch.Tensor) -> None:
         self.state.select_rows(rows)
         rows = rows.to(self.pending.device)
@@ -279,6 +285,11 @@ class PromptLookupDrafter:
         for h, row, n, x in zip(self.history, toks, accepted.tolist(), next_token.tolist()):
             h.extend(row[:n])
             h.append(x)
+
+    def update_plain(self, made: torch.Tensor) -> None:
+        """`made [B, m]`: tokens of m plain steps, appended to each row's history."""
+        for h, row in zip(self.history, made.tolist()):
+            h.extend(row)
 
     def select_rows(self, rows: torch.Tensor) -> None:
         self.history = [self.history[i] for i in rows.tolist()]

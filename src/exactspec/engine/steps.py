@@ -33,14 +33,21 @@ def write_emitted(out, from_draft, n_gen, active, emitted, n, count) -> None:
     n_gen[active] += count
 
 
-def prefill(model, drafter, ids: torch.Tensor, mask: torch.Tensor, lazy: bool = False, policy=None, spec=None):
+def prefill(model, drafter, ids: torch.Tensor, mask: torch.Tensor, lazy: bool = False, policy=None, spec=None,
+            plain_first: bool = False):
     """Both caches take the prompt `[B, P]` minus its last token, which stays pending (the first
     verification feeds it, so every target call produces >= 1 token). Returns `(session, pending [B])`: the
     target's session of :mod:`exactspec.backends.seam` (a SlotCache on transformers' ops for a torch model).
     `lazy`: a draft model's prompt waits for its first proposal (``DraftModelDrafter.start(lazy=True)``),
     unless `policy` asks for the prompt's evidence (``policy.wants_prompt_prior``, a fresh ``gamma="auto"``):
     then both prefills keep their last slots' logits and the policy starts from what they say of the draft
-    (:mod:`exactspec.engine.promptprior`; `spec`: the run's SamplingSpec)."""
+    (:mod:`exactspec.engine.promptprior`; `spec`: the run's SamplingSpec).
+
+    `plain_first`: the policy's first step is plain, so the target takes the whole prompt now and the
+    logits of its last slot are that step's (one forward fewer than feeding the pending token alone: a
+    whole llama.cpp decode of one token, ~1.5% of a 64-token run). Returns `(session, pending [B], first)`:
+    `first [B, 1, V]` those logits, the pending token already in the target's cache (None without
+    `plain_first`)."""
     target = open_session(model, ids.shape[0], target=True)
     if getattr(drafter, "wants_target_features", False):  # a feature draft reads the target's hidden states
         drafter.watch(target)
@@ -48,7 +55,10 @@ def prefill(model, drafter, ids: torch.Tensor, mask: torch.Tensor, lazy: bool = 
     m = 0
     if plain_drafter and getattr(policy, "wants_prompt_prior", False) and spec.static_only:
         m = prompt_positions(ids.shape[0], ids.shape[1], vocab_size(model))
-    if ids.shape[1] > 1:
+    first = None
+    if plain_first:  # (never with the prompt's evidence: a policy that wants it has not decided yet)
+        first = target.forward(ids, mask.bool(), logits_to_keep=1)  # [B, 1, V]
+    elif ids.shape[1] > 1:
         p_logits = target.forward(ids[:, :-1], mask[:, :-1].bool(), logits_to_keep=max(m, 1))  # [B, m or 1, V]
     if plain_drafter:
         drafter.start(ids, mask, lazy=True)
@@ -62,4 +72,4 @@ def prefill(model, drafter, ids: torch.Tensor, mask: torch.Tensor, lazy: bool = 
     else:
         drafter.start(ids, mask)
     _sync(ids.device)
-    return target, ids[:, -1]
+    return target, ids[:, -1], first
