@@ -184,7 +184,7 @@ def _sample_numpy(probs: torch.Tensor, generator) -> torch.Tensor:
     nb = V // _BLOCK
     for r, row in enumerate(a):
         if V <= 4 * _BLOCK:
-            bsum, bcdf, k = None, np.cumsum(row, dtype=np.float64), 0
+            bsum, bcdf = None, row.cumsum(dtype=np.float64)
         else:
             bsum = row[: nb * _BLOCK].reshape(nb, _BLOCK).sum(1).astype(np.float64)  # [nb] fp32 block sums
             if V % _BLOCK:
@@ -199,7 +199,7 @@ def _sample_numpy(probs: torch.Tensor, generator) -> torch.Tensor:
         if bsum is None:
             out[r] = hit
             continue
-        icdf = np.cumsum(row[hit * _BLOCK : (hit + 1) * _BLOCK], dtype=np.float64)  # within block `hit`
+        icdf = row[hit * _BLOCK : (hit + 1) * _BLOCK].cumsum(dtype=np.float64)  # within block `hit`
         x_in = min(max(x - (bcdf[hit] - bsum[hit]), 0.0), icdf[-1] * (1.0 - 1e-12))
         out[r] = hit * _BLOCK + min(int(icdf.searchsorted(x_in, "right")), len(icdf) - 1)
     return torch.from_numpy(out).reshape(lead)
