@@ -211,3 +211,39 @@ def test_a_streaks_tokens_reach_the_drafter_as_one_step_each_would():
         else:
             assert block.history == single.history and [h[-3:] for h in block.history] == made.tolist()
     assert FeatureDrafter.update_plain is None
+
+
+def test_a_plain_step_after_a_draft_call_whose_tokens_were_dropped_rolls_the_draft_back():
+    """The policy may stop a step at its first position after the draft's call fed the pending tokens: the
+    step is plain, and the drafter must hear of it through update() (a roll-back), not as tokens of a streak
+    none of whose steps called it. (update_plain there let the draft's cache grow by the pending tokens at
+    every such step until a row overflowed llama.cpp's context.)"""
+    from exactspec.engine.drafters import DraftModelDrafter
+    from exactspec.engine.plainstep import tell_drafter
+    from exactspec.engine.runargs import run_args
+
+    class StopsAtOnce:
+        wants_confidence = True
+
+        def include(self, i, confidence, caps):
+            return torch.zeros_like(caps, dtype=torch.bool)
+
+    ids, mask = left_padded(PROMPTS)
+    model = tiny_lm("llama", seed=5, layers=1)
+    gen = SpeculativeGenerator(tiny_lm("llama", seed=0), model)
+    spec = run_args(gen, ids, mask, 8, dict(do_sample=False), None, 2, "token", [], 0, None, None)["spec"]
+    states = []
+    for tell in (True, False):
+        d = DraftModelDrafter(model)
+        d.start(ids, mask)
+        for step in range(3):
+            draft = d.propose(torch.full((2,), 2), spec, StopsAtOnce())
+            assert draft.calls == 1 and draft.tokens.shape[1] == 0  # called, nothing drafted: a plain step
+            made = torch.tensor([[10 + step], [20 + step]])
+            if tell:
+                tell_drafter(d, torch.zeros(2, dtype=torch.long), made, draft)
+            else:
+                d.update(torch.zeros(2, dtype=torch.long), made[:, 0], draft)
+        states.append((d.pending.tolist(), d.pending_valid.tolist(), d.state.n_real.tolist()))
+    assert states[0] == states[1]
+    assert states[0][0] == [[12], [22]]  # only the newest token waits; the ones before were fed and kept

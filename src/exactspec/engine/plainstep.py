@@ -84,9 +84,10 @@ def plain_step(target, spec: SamplingSpec, pending: torch.Tensor, prefixes: Pref
 
 def tell_drafter(drafter, accepted: torch.Tensor, made: torch.Tensor, draft) -> None:
     """A plain streak emitted `made [B, m]`: each token is its own step for the drafter (``update`` with
-    nothing accepted), told at once where the drafter takes a block (``update_plain``)."""
+    nothing accepted), told at once where the drafter takes a block (``update_plain``) and `draft` called no
+    model (a draft call whose tokens the policy then dropped fed the pending tokens: ``update`` rolls back)."""
     block = getattr(drafter, "update_plain", None)
-    if block is not None:
+    if block is not None and not draft.calls:
         block(made)
         return
     for j in range(made.shape[1]):
