@@ -247,3 +247,16 @@ def test_a_plain_step_after_a_draft_call_whose_tokens_were_dropped_rolls_the_dra
         states.append((d.pending.tolist(), d.pending_valid.tolist(), d.state.n_real.tolist()))
     assert states[0] == states[1]
     assert states[0][0] == [[12], [22]]  # only the newest token waits; the ones before were fed and kept
+
+
+def test_a_streak_hands_over_what_it_has_after_plain_seconds(monkeypatch):
+    """A stream shows text at least every PLAIN_SECONDS however long the streak the policy committed to: with
+    no time at all, each hand-over is one token, and the tokens and per-step statistics are the same."""
+    target = tiny_lm("llama", seed=0)
+    useless = tiny_lm("llama", seed=99, init=1.0, layers=1)
+    out, steps = _run(SpeculativeGenerator(target, useless, cost_model=DEAR, calibrate=False), True)
+    assert max(len(s.tokens[0]) for s in steps if s.gamma == 0) > 1
+    monkeypatch.setattr(plainstep, "PLAIN_SECONDS", 0.0)
+    now, now_steps = _run(SpeculativeGenerator(target, useless, cost_model=DEAR, calibrate=False), True)
+    assert max(len(s.tokens[0]) for s in now_steps if s.gamma == 0) == 1
+    assert torch.equal(out.sequences, now.sequences) and out.stats.gamma_history == now.stats.gamma_history

@@ -26,7 +26,7 @@ class StreamStep:
     `rows` (index in the input batch), `tokens`, `from_draft` (per token: accepted draft token?),
     `finished` (the row is done after this step), `drafted` (draft tokens the row proposed this step: when
     all of them were accepted the last token is the target's bonus token, otherwise a corrected one).
-    A step with `gamma` 0 is plain: one token per row, or up to ``PLAIN_RUN`` (8) when gamma="auto" hands a
+    A step with `gamma` 0 is plain: one token per row, or up to ``PLAIN_RUN`` (64) when gamma="auto" hands a
     streak of plain steps over at once (:mod:`exactspec.engine.plainstep`)."""
 
     rows: list[int]
