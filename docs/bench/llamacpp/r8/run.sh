@@ -6,6 +6,18 @@
 # bash docs/bench/llamacpp/r8/run.sh   (from the repository root; about 20 minutes on 2 cores)
 set -euo pipefail
 R=docs/bench/llamacpp/r8
+if [ "${1:-a}" = b ]; then
+  U10=benchmarks/prompts/unseen_code10.json
+  N=".venv/bin/python benchmarks/bench_never_loses.py --backend llamacpp --num-prompts 6"
+  B=".venv/bin/exactspec bench --backend llamacpp --threads 2 --repeats 3 --num-prompts 6 --gammas 4"
+  S=".venv/bin/python benchmarks/bench_seeded_auto.py --backend llamacpp --threads 2 --repeats 3 --num-prompts 6"
+  $N --prompts $U10 --temperature 1 --out $R/b-never-loses-unseen10-t1
+  $N --prompts $U10 --out $R/b-never-loses-unseen10-greedy
+  $B --prompts $U10 --temperature 1 --out $R/b-stdlib-unseen10-t1
+  $B --prompts $U10 --out $R/b-stdlib-unseen10-greedy
+  $S --prompts $U10 --temperature 1 --out $R/b-seeded-unseen10-t1.json
+  exit
+fi
 U9=benchmarks/prompts/unseen_code9.json
 N=".venv/bin/python benchmarks/bench_never_loses.py --backend llamacpp --num-prompts 6"
 B=".venv/bin/exactspec bench --backend llamacpp --threads 2 --repeats 3 --num-prompts 6 --gammas 4"
@@ -19,3 +31,5 @@ $B --temperature 1 --out $R/stdlib-heldout-t1
 $B --out $R/stdlib-heldout-greedy
 $S --prompts $U9 --temperature 1 --out $R/seeded-unseen9-t1.json
 $S --prompts $U9 --out $R/seeded-unseen9-greedy.json
+# Second step (after commit "plain streaks: up to 64 steps a hand-over, but at most 0.1 s"): unseen_code10.json,
+# written before that change was tried. bash docs/bench/llamacpp/r8/run.sh b
