@@ -160,3 +160,13 @@ def test_a_run_with_too_few_plain_steps_keeps_the_plain_price_measured_before():
     measured = CostModel(0.001, {1: 0.002, 2: 0.003}, t_overhead=0.0018, t_overhead_plain=0.0004)
     assert measured.keeping_plain_price(earlier).t_overhead_plain == 0.0004  # its own measurement wins
     assert fresh.keeping_plain_price(None) is fresh
+
+
+def test_a_plain_first_step_whose_forward_was_the_prefills_is_not_priced_as_a_forward():
+    """A run whose first step rode the prefill (GenerationStats.prefill_steps) timed one forward fewer than it
+    has plain steps: a plain step is priced over the steps that made one."""
+    st = _lookup_run(0.0105)
+    rode = GenerationStats(**{**st.__dict__, "plain_steps": 17, "width_counts": [0, 17, 4], "target_calls": 21,
+                              "target_positions": 25, "prefill_steps": 1})
+    assert BARE.calibrate(rode).t_overhead_plain == pytest.approx(BARE.calibrate(st).t_overhead_plain)
+    assert GenerationStats.merge([rode, st]).prefill_steps == 1

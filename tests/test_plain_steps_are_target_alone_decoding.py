@@ -106,5 +106,6 @@ def test_a_run_whose_first_step_is_plain_feeds_the_whole_prompt_as_the_target_al
     assert engine == widths == [6] + [1] * (N - 1)  # (it fed the prompt less its last token, then N tokens)
     assert out.sequences[0, 6:].tolist() == alone[0].tolist()
     assert out.stats.plain_steps == out.stats.target_calls == N and out.stats.new_tokens == N
+    assert out.stats.prefill_steps == 1  # (its seconds are the prefill's)
     if sampled:
         assert alone[0].tolist() != target_greedy(target, ids[0].tolist(), N)

@@ -264,6 +264,7 @@ class SpeculativeGenerator:
             target, pending, first = prefill(self.target, drafter, ids, mask, lazy=True, policy=policy, spec=spec,
                                              plain_first=caps is not None and not bool(caps.any()))
             stats.prefill_time = time.perf_counter() - t_start
+            stats.prefill_steps = int(first is not None)
         while active.numel():
             whole = active.numel() == b  # every row still running (steps priced per drafted length: see stats)
             if caps is None:

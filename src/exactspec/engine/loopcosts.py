@@ -32,7 +32,8 @@ def loop_priced(gen, batch_size: int = 1, *, sampled: bool = False, new_tokens: 
     for rep in range(3):
         spec.append(calibration_run(gen, ids, gamma=4, **kw).stats)
         plain.append(calibration_run(gen, ids, gamma=0, **kw).stats)  # plain steps only
-    plain_step = sum(s.plain_step_time for s in plain[1:]) / sum(s.plain_steps for s in plain[1:])
+    # (the first plain step's forward is the prefill's: GenerationStats.prefill_steps)
+    plain_step = sum(s.plain_step_time for s in plain[1:]) / sum(s.plain_steps - s.prefill_steps for s in plain[1:])
     cm = bare.calibrate(spec[1:], plain_time=plain_step).to_dict()
     cm["t_overhead_plain"] = 0.0  # a plain step is the shifted T_target(1): what the loop's plain steps took
     cm["metadata"] = {**cm["metadata"], "loop": "sampled" if sampled else "greedy", "loop_tokens": new_tokens,

@@ -264,7 +264,8 @@ class CostModel:
         # went plain (57 steps of 61, 2026-12-02). Never below the bare T_target(1), for the same reason.
         plain = stats.plain_steps if stats.plain_step_time > 0 and stats.plain_steps >= _MIN_PLAIN_STEPS else 0
         spec = calls - plain
-        own_plain = stats.plain_step_time / plain if plain else None
+        # (a plain first step whose forward was the prefill's took no forward here: GenerationStats.prefill_steps)
+        own_plain = stats.plain_step_time / (plain - getattr(stats, "prefill_steps", 0)) if plain else None
         shift = 0.0 if plain_time is None else _seconds(plain_time, "plain_time") - self.t_target(1)
         table = {k: t + shift for k, t in self.target_times.items()}
         if min(table.values()) <= 0:

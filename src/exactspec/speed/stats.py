@@ -41,7 +41,10 @@ class GenerationStats:
             drafter found or kept nothing); gamma_history holds 0 for them. plain_step_time: the seconds
             those steps took outside draft-model calls (their share of target_time and verify_time, and
             of draft_time when no draft model ran: a lookup that found nothing worth verifying); they skip
-            verification, so a cost model prices them apart (CostModel.calibrate).
+            verification, so a cost model prices them apart (CostModel.calibrate). prefill_steps: plain
+            steps whose forward was the prefill's (1 when the policy decided a plain first step before the
+            prompt, exactspec.engine.steps.prefill(plain_first=True); their seconds are in prefill_time), so a
+            plain step is priced over plain_steps - prefill_steps.
         early_stops: row-steps whose drafting gamma="auto" stopped before their cap: the draft's
             confidence at a position, or the expected worth of the next draft call, said another token
             was not worth its price.
@@ -83,6 +86,7 @@ class GenerationStats:
     draft_first_time: float = 0.0
     plain_steps: int = 0
     plain_step_time: float = 0.0
+    prefill_steps: int = 0
     early_stops: int = 0
     prefill_time: float = 0.0
     draft_time: float = 0.0
