@@ -95,3 +95,23 @@ def test_a_bad_row_is_named_as_the_torch_path_names_it(v):
     for row, total in ((torch.zeros(v), "0.0"), (good.clone().index_fill_(0, torch.tensor([1]), float("inf")), "inf")):
         with pytest.raises(ValueError, match=f"probs: row 1 has total mass {total}"):
             sample_from_probs(torch.stack([good, row]))
+
+
+def test_a_draw_at_a_block_boundary_is_the_torch_paths_too():
+    """Where a uniform falls between two float32 sums of one block that differ in their last bit (NumPy and
+    torch add a block's 256 values in different orders), both paths use the torch op's sums: a case a review
+    found, V = 128,000, where NumPy's own block sums drew the neighbouring token."""
+    torch.manual_seed(1)
+    p = torch.softmax(torch.randn(1, 128_000) * 0.5, -1)
+    g1, g2 = torch.Generator().manual_seed(0), torch.Generator().manual_seed(0)
+    torch.rand(220_661, generator=g1, dtype=torch.float64)
+    torch.rand(220_661, generator=g2, dtype=torch.float64)
+    assert int(sample_from_probs(p, g1)) == int(_torch_path(p, g2)) == 112_639
+
+
+def test_a_row_without_mass_leaves_the_generator_where_it_was():
+    g = torch.Generator().manual_seed(5)
+    for v in (5, 3000):
+        with pytest.raises(ValueError, match="row 1 has total mass"):
+            sample_from_probs(torch.stack([torch.full((v,), 1.0 / v), torch.zeros(v)]), g)
+    assert torch.equal(torch.rand(3, generator=g), torch.rand(3, generator=torch.Generator().manual_seed(5)))

@@ -170,3 +170,8 @@ def test_a_plain_first_step_whose_forward_was_the_prefills_is_not_priced_as_a_fo
                               "target_positions": 25, "prefill_steps": 1})
     assert BARE.calibrate(rode).t_overhead_plain == pytest.approx(BARE.calibrate(st).t_overhead_plain)
     assert GenerationStats.merge([rode, st]).prefill_steps == 1
+    # runs whose only plain step rode the prefill have no plain step priced: nothing to divide by
+    only = GenerationStats(**{**st.__dict__, "plain_steps": 1, "width_counts": [0, 1, 4], "target_calls": 5,
+                              "target_positions": 9, "prefill_steps": 1, "plain_step_time": 0.0001})
+    assert BARE.calibrate(GenerationStats.merge([only] * 4)).t_overhead_plain == \
+        BARE.calibrate(GenerationStats.merge([only] * 4)).t_overhead

@@ -210,7 +210,16 @@ def test_a_streaks_tokens_reach_the_drafter_as_one_step_each_would():
             assert block.pending[:, -3:].tolist() == made.tolist()
         else:
             assert block.history == single.history and [h[-3:] for h in block.history] == made.tolist()
-    assert FeatureDrafter.update_plain is None
+    calls = []
+
+    class OwnUpdate(DraftModelDrafter):  # overrides update() alone: hears of each token through it
+        def update(self, accepted, next_token, draft):
+            calls.append(next_token.tolist())
+    own = OwnUpdate(tiny_lm("llama", seed=5, layers=1))
+    own.start(ids, mask)
+    tell_drafter(own, torch.zeros(2, dtype=torch.long), made, empty)
+    assert calls == made.T.tolist()
+    assert not plainstep._takes_blocks(FeatureDrafter.__new__(FeatureDrafter))
 
 
 def test_a_plain_step_after_a_draft_call_whose_tokens_were_dropped_rolls_the_draft_back():

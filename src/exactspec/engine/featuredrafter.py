@@ -83,8 +83,6 @@ class FeatureDrafter(DraftModelDrafter):
     def _next_input(self, d: torch.Tensor) -> torch.Tensor:
         return self.model.pair_embeds(d[:, None], self._guess[:, None])  # the draft's own guess of the feature
 
-    update_plain = None  # each plain step's token goes with that forward's features: update() one at a time
-
     def update(self, accepted: torch.Tensor, next_token: torch.Tensor, draft: Draft) -> None:
         """Drop the pairs fed with the draft's own guesses; queue the emitted tokens with the target's features
         of the forward that verified them (`[B, K+1, H]`, or `[B, 1, H]` for a plain step)."""

@@ -94,9 +94,17 @@ def tell_drafter(drafter, accepted: torch.Tensor, made: torch.Tensor, draft) -> 
     """A plain streak emitted `made [B, m]`: each token is its own step for the drafter (``update`` with
     nothing accepted), told at once where the drafter takes a block (``update_plain``) and `draft` called no
     model (a draft call whose tokens the policy then dropped fed the pending tokens: ``update`` rolls back)."""
-    block = getattr(drafter, "update_plain", None)
-    if block is not None and not draft.calls:
-        block(made)
+    if not draft.calls and _takes_blocks(drafter):
+        drafter.update_plain(made)
         return
     for j in range(made.shape[1]):
         drafter.update(accepted, made[:, j], draft)
+
+
+def _takes_blocks(drafter) -> bool:
+    """The class that defines the drafter's ``update`` defines ``update_plain`` too: a subclass that overrides
+    ``update`` alone (a feature draft pairs each token with its forward's features) is told token by token."""
+    for klass in type(drafter).__mro__:
+        if "update" in vars(klass):
+            return callable(vars(klass).get("update_plain"))
+    return False

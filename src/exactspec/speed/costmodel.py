@@ -262,10 +262,11 @@ class CostModel:
         # batch > 1 the plain steps after some rows finished are narrower (cheaper) than the batch's; one
         # such step priced a batch-4 run's plain steps 2.9 ms below its speculative ones and the next run
         # went plain (57 steps of 61, 2026-12-02). Never below the bare T_target(1), for the same reason.
-        plain = stats.plain_steps if stats.plain_step_time > 0 and stats.plain_steps >= _MIN_PLAIN_STEPS else 0
-        spec = calls - plain
         # (a plain first step whose forward was the prefill's took no forward here: GenerationStats.prefill_steps)
-        own_plain = stats.plain_step_time / (plain - getattr(stats, "prefill_steps", 0)) if plain else None
+        made = stats.plain_steps - getattr(stats, "prefill_steps", 0)
+        plain = stats.plain_steps if stats.plain_step_time > 0 and made >= _MIN_PLAIN_STEPS else 0
+        spec = calls - plain
+        own_plain = stats.plain_step_time / made if plain else None
         shift = 0.0 if plain_time is None else _seconds(plain_time, "plain_time") - self.t_target(1)
         table = {k: t + shift for k, t in self.target_times.items()}
         if min(table.values()) <= 0:

@@ -154,9 +154,8 @@ def sample_from_probs(
 
     A few rows on the CPU (at most ``_NUMPY_ROWS``: one token per row of a batch-1 step, a draft's next
     token) take the same two levels in NumPy, row by row: the torch path's ~20 small ops cost ~140 us
-    there whatever V, about 6% of a 2 ms llama.cpp step, against ~30 us (measured, V = 4096). The same
-    uniform, the same search: the same token but where fp32 block sums summed in another order move a
-    boundary (~1e-7 of a token's probability).
+    there whatever V, about 6% of a 2 ms llama.cpp step, against ~55-70 us (measured, V = 4096-49152). The same
+    block sums (one torch op), the same uniform, the same search: the same token.
     """
     check_tensor("probs", probs, kind="float", min_last=1)
     check_generator("generator", generator, probs.device)
@@ -171,38 +170,36 @@ _NUMPY_ROWS = 4  # above it the torch path's vectorised ops beat a Python loop o
 
 
 def _sample_numpy(probs: torch.Tensor, generator) -> torch.Tensor:
-    """:func:`_sample` for a few CPU rows, in NumPy: one uniform per row from `generator`, as there."""
+    """:func:`_sample` for a few CPU rows: the block sums by the same torch op (so the same float32 sums), the
+    searches in NumPy; one uniform per row from `generator`, drawn after the rows are checked, as there."""
     lead, V = probs.shape[:-1], probs.shape[-1]
     flat = probs.detach().reshape(-1, V)
-    if flat.dtype not in (torch.float32, torch.float64):  # NumPy has no bfloat16
-        flat = flat.float()
-    a = flat.numpy()  # [N, V], no copy
+    a = (flat if flat.dtype in (torch.float32, torch.float64) else flat.float()).numpy()  # [N, V] (no bfloat16)
     if a.size and not a.min() >= 0:  # a negative entry or a NaN (NaN fails every comparison)
         _check_mass(probs)  # raises, naming the row
-    u = torch.rand(a.shape[0], generator=generator, dtype=torch.float64).numpy()  # [N]
-    out = np.empty(a.shape[0], dtype=np.int64)
-    nb = V // _BLOCK
-    for r, row in enumerate(a):
-        if V <= 4 * _BLOCK:
-            bsum, bcdf = None, row.cumsum(dtype=np.float64)
-        else:
-            bsum = row[: nb * _BLOCK].reshape(nb, _BLOCK).sum(1).astype(np.float64)  # [nb] fp32 block sums
-            if V % _BLOCK:
-                bsum = np.append(bsum, np.float64(row[nb * _BLOCK :].sum()))
-            bcdf = np.cumsum(bsum)
-        total = float(bcdf[-1])
-        if not 0.0 < total < math.inf:
-            raise ValueError(f"probs: row {r} has total mass {total} (all zero or inf); every row must be "
+    if V <= 4 * _BLOCK:
+        bsum, bcdf = None, a.cumsum(1, dtype=np.float64)  # [N, V]
+    else:
+        # (one output's 256 values are summed in the same order whatever the thread count: each by one thread)
+        bsum = _block_sums(flat if flat.stride(-1) == 1 else flat.contiguous()).numpy()  # [N, nb] float64
+        bcdf = bsum.cumsum(1)
+    total = bcdf[:, -1].tolist()  # [N]
+    for r, t in enumerate(total):
+        if not 0.0 < t < math.inf:
+            raise ValueError(f"probs: row {r} has total mass {t} (all zero or inf); every row must be "
                              "non-negative with a positive finite total")
-        x = min(u[r] * total, total * (1.0 - 1e-12))  # strictly below the total: a token with mass
-        hit = min(int(bcdf.searchsorted(x, "right")), len(bcdf) - 1)
+    u = torch.rand(a.shape[0], generator=generator, dtype=torch.float64, device=probs.device).tolist()  # [N]
+    out = []
+    for r, row in enumerate(a):
+        x = min(u[r] * total[r], total[r] * (1.0 - 1e-12))  # strictly below the total: a token with mass
+        hit = min(int(bcdf[r].searchsorted(x, "right")), bcdf.shape[1] - 1)
         if bsum is None:
-            out[r] = hit
+            out.append(hit)
             continue
         icdf = row[hit * _BLOCK : (hit + 1) * _BLOCK].cumsum(dtype=np.float64)  # within block `hit`
-        x_in = min(max(x - (bcdf[hit] - bsum[hit]), 0.0), icdf[-1] * (1.0 - 1e-12))
-        out[r] = hit * _BLOCK + min(int(icdf.searchsorted(x_in, "right")), len(icdf) - 1)
-    return torch.from_numpy(out).reshape(lead)
+        x_in = min(max(x - (float(bcdf[r, hit]) - float(bsum[r, hit])), 0.0), float(icdf[-1]) * (1.0 - 1e-12))
+        out.append(hit * _BLOCK + min(int(icdf.searchsorted(x_in, "right")), len(icdf) - 1))
+    return torch.tensor(out, dtype=torch.long).reshape(lead)
 
 
 def _check_mass(probs: torch.Tensor) -> None:
@@ -234,13 +231,8 @@ def _sample(probs: torch.Tensor, generator) -> torch.Tensor:
         return sample_from_cdf(cdf, generator).reshape(lead)
     if flat.stride(-1) != 1:
         flat = flat.contiguous()
-    N, nb_full = flat.shape[0], V // _BLOCK
-    # Half inputs are summed in fp32 (passing dtype= for fp32 itself takes a much slower kernel).
-    acc = {} if flat.dtype in (torch.float32, torch.float64) else {"dtype": torch.float32}
-    bsum = flat.as_strided((N, nb_full, _BLOCK), (flat.stride(0), _BLOCK, 1)).sum(-1, **acc)  # [N, nb]
-    if V % _BLOCK:
-        bsum = torch.cat([bsum, flat[:, nb_full * _BLOCK :].sum(-1, keepdim=True, **acc)], 1)
-    bsum = bsum.double()
+    N = flat.shape[0]
+    bsum = _block_sums(flat)  # [N, nb]
     bcdf = bsum.cumsum(-1)  # [N, nb]
     total = bcdf[:, -1:]
     _check_total(total)
@@ -259,6 +251,19 @@ def _sample(probs: torch.Tensor, generator) -> torch.Tensor:
 
 
 _BLOCK = 256
+
+
+def _block_sums(flat: torch.Tensor) -> torch.Tensor:
+    """`flat [N, V]` (last dim contiguous) -> float64 sums of its blocks of ``_BLOCK`` tokens `[N, ceil(V / 256)]`,
+    each summed in fp32 (fp64 for fp64 rows). Both samplers' paths take them from here, so they agree."""
+    V = flat.shape[-1]
+    nb_full = V // _BLOCK
+    # Half inputs are summed in fp32 (passing dtype= for fp32 itself takes a much slower kernel).
+    acc = {} if flat.dtype in (torch.float32, torch.float64) else {"dtype": torch.float32}
+    bsum = flat.as_strided((flat.shape[0], nb_full, _BLOCK), (flat.stride(0), _BLOCK, 1)).sum(-1, **acc)
+    if V % _BLOCK:
+        bsum = torch.cat([bsum, flat[:, nb_full * _BLOCK :].sum(-1, keepdim=True, **acc)], 1)
+    return bsum.double()
 
 
 def sample_from_cdf(cdf: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
