@@ -15,8 +15,8 @@ next probe (plain steps verify nothing, so its acceptance model stays as it is),
 that is (``policy.plain_streak()``). The loop then runs up to :data:`PLAIN_RUN` of them (for at most
 :data:`PLAIN_SECONDS`) here in one go, a StreamStep of several tokens, so that the loop's per-step work (the
 policy's question, the drafter's bookkeeping, the stream's hand-over) is paid once per streak: with a draft
-that never helps, the loop
-otherwise ran at 0.87-0.88x the target alone on llama.cpp, where a step is a 2 ms forward. The same tokens
+that never helps, the loop otherwise ran at 0.87-0.88x the target alone on llama.cpp, where a step is a 2 ms
+forward. The same tokens
 come out, drawn in the same order, and every step is counted as before (one target call each). Not with a
 feature drafter, which is fed the target's features of each forward and keeps only the last one's.
 """
@@ -44,8 +44,9 @@ def plain_step(target, spec: SamplingSpec, pending: torch.Tensor, prefixes: Pref
     """Feed `pending [B]` to the target session `target`, emit one token per active row into
     `prefixes.out` / `.n_gen`, and count the step in `stats`; `steps` > 1 (a plain streak the policy
     committed to) goes on feeding each new token for up to `steps` steps, ending early when a row finishes
-    or after :data:`PLAIN_SECONDS`, and hands them over as one StreamStep. Returns `(tokens [B, m], done [B] bool, the StreamStep)`: the
-    m <= `steps` tokens of each row, the last one its new pending token. `first [B, 1, V]`: the first
+    or after :data:`PLAIN_SECONDS`, and hands them over as one StreamStep. Returns `(tokens [B, m],
+    done [B] bool, the StreamStep)`: the m <= `steps` tokens of each row, the last one its new pending
+    token. `first [B, 1, V]`: the first
     step's logits, already computed with `pending` in the cache (``prefill(plain_first=True)``).
 
     Between two forwards of a streak only the law and the draw run (and an EOS test when there are EOS

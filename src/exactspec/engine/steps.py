@@ -36,8 +36,9 @@ def write_emitted(out, from_draft, n_gen, active, emitted, n, count) -> None:
 def prefill(model, drafter, ids: torch.Tensor, mask: torch.Tensor, lazy: bool = False, policy=None, spec=None,
             plain_first: bool = False):
     """Both caches take the prompt `[B, P]` minus its last token, which stays pending (the first
-    verification feeds it, so every target call produces >= 1 token). Returns `(session, pending [B])`: the
-    target's session of :mod:`exactspec.backends.seam` (a SlotCache on transformers' ops for a torch model).
+    verification feeds it, so every target call produces >= 1 token). Returns `(session, pending [B], first)`:
+    the target's session of :mod:`exactspec.backends.seam` (a SlotCache on transformers' ops for a torch
+    model); `first` is None unless `plain_first` (below).
     `lazy`: a draft model's prompt waits for its first proposal (``DraftModelDrafter.start(lazy=True)``),
     unless `policy` asks for the prompt's evidence (``policy.wants_prompt_prior``, a fresh ``gamma="auto"``):
     then both prefills keep their last slots' logits and the policy starts from what they say of the draft
@@ -45,9 +46,8 @@ def prefill(model, drafter, ids: torch.Tensor, mask: torch.Tensor, lazy: bool = 
 
     `plain_first`: the policy's first step is plain, so the target takes the whole prompt now and the
     logits of its last slot are that step's (one forward fewer than feeding the pending token alone: a
-    whole llama.cpp decode of one token, ~1.5% of a 64-token run). Returns `(session, pending [B], first)`:
-    `first [B, 1, V]` those logits, the pending token already in the target's cache (None without
-    `plain_first`)."""
+    whole llama.cpp decode of one token, ~1.5% of a 64-token run): `first [B, 1, V]` are those logits, and
+    the pending token is already in the target's cache (still pending for the draft)."""
     target = open_session(model, ids.shape[0], target=True)
     if getattr(drafter, "wants_target_features", False):  # a feature draft reads the target's hidden states
         drafter.watch(target)
