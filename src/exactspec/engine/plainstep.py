@@ -16,9 +16,9 @@ that is (``policy.plain_streak()``). The loop then runs up to :data:`PLAIN_RUN` 
 :data:`PLAIN_SECONDS`) here in one go, a StreamStep of several tokens, so that the loop's per-step work (the
 policy's question, the drafter's bookkeeping, the stream's hand-over) is paid once per streak: with a draft
 that never helps, the loop otherwise ran at 0.87-0.88x the target alone on llama.cpp, where a step is a 2 ms
-forward. The same tokens
-come out, drawn in the same order, and every step is counted as before (one target call each). Not with a
-feature drafter, which is fed the target's features of each forward and keeps only the last one's.
+forward. The same tokens come out, drawn in the same order, and every step is counted as before (one target
+call each). Not with a feature drafter, which is fed the target's features of each forward and keeps only the
+last one's.
 """
 from __future__ import annotations
 
