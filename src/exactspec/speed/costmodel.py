@@ -263,7 +263,7 @@ class CostModel:
         # such step priced a batch-4 run's plain steps 2.9 ms below its speculative ones and the next run
         # went plain (57 steps of 61, 2026-12-02). Never below the bare T_target(1), for the same reason.
         # (a plain first step whose forward was the prefill's took no forward here: GenerationStats.prefill_steps)
-        made = stats.plain_steps - getattr(stats, "prefill_steps", 0)
+        made = stats.plain_steps - stats.prefill_steps
         plain = stats.plain_steps if stats.plain_step_time > 0 and made >= _MIN_PLAIN_STEPS else 0
         spec = calls - plain
         own_plain = stats.plain_step_time / made if plain else None
