@@ -221,3 +221,22 @@ def test_a_seeded_auto_run_reproduces_from_the_stored_profile_and_the_prompt(mon
     again = learnt.generate(ids, **kw)
     assert torch.equal(first.sequences, again.sequences)
     assert first.stats.gamma_history == again.stats.gamma_history
+
+
+def test_the_prompts_evidence_stands_in_for_the_probes_it_replaces():
+    cost = CostModel(t_draft=0.004, target_times={1: 0.010, 2: 0.02, 16: 0.05})  # verifying costs ~ plain steps
+    for n, gap in ((0, 4), (1, 4), (2, 8), (6, 32), (32, 256)):  # PROMPT_WEIGHT 0.5: a doubling per 2 positions
+        policy = AdaptivePolicy(cost, 8, DraftingState())
+        policy.seed_from_prompt([0.5] * n, [0.3] * n, [0.0] * n)
+        assert policy.state.probe_gap == gap, n
+    # a seeded run whose prompt says the draft loses: no re-probe in 64 tokens (a fresh gap of 4 re-probed at
+    # steps 4, 12, 28 and 60); the first check below fails without the evidence's gap
+    target, draft = _models()
+    gen = SpeculativeGenerator(target, draft, cost_model=cost)
+    prompt = torch.tensor([[5, 9, 13, 5, 9, 21, 30, 4, 8, 17, 3, 12, 6, 19, 2, 11, 7, 14, 10, 1, 16]])
+    kw = dict(max_new_tokens=64, do_sample=True, temperature=1.0, top_k=0, eos_token_id=[])
+    out = gen.generate(prompt, gamma="auto", seed=1, **kw)
+    assert out.stats.draft_calls == 0 and out.stats.plain_steps == 64
+    policy = AdaptivePolicy(cost, 8, DraftingState())  # without the evidence, the same policy re-probes
+    probes = sum(bool(policy.next_lengths(torch.tensor([64 - i])).any()) for i in range(64))
+    assert probes >= 4
