@@ -240,3 +240,12 @@ def test_the_prompts_evidence_stands_in_for_the_probes_it_replaces():
     policy = AdaptivePolicy(cost, 8, DraftingState())  # without the evidence, the same policy re-probes
     probes = sum(bool(policy.next_lengths(torch.tensor([64 - i])).any()) for i in range(64))
     assert probes >= 4
+
+
+def test_a_profiles_name_follows_the_models_dtypes_and_configs_though_configs_are_read_once():
+    target, draft = _models()
+    key = profiles.profile_key(target, draft, 1)
+    assert profiles.profile_key(target, draft, 1) == key and profiles.profile_key(target, draft, 2) != key
+    assert profiles.profile_key(target, tiny_lm("llama", seed=0, layers=1), 1) != key  # another config
+    draft.to(torch.float32)  # in place (tiny_lm builds float64): the same object, other numerics
+    assert profiles.profile_key(target, draft, 1) != key

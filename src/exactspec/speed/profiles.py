@@ -19,6 +19,8 @@ import os
 import platform
 import sys
 import warnings
+import weakref
+from functools import lru_cache
 
 from exactspec.backends.cachedir import cache_root
 
@@ -27,27 +29,47 @@ __all__ = ["stored_cost_model", "profile_key"]
 # Settings that change how the engine runs a forward (docs/generation.md), and so what it costs.
 _ENV = ("EXACTSPEC_LEAN_TARGET", "EXACTSPEC_DRAFT_UPCAST")
 _IN_PROCESS: dict[str, object] = {}
+# A model's config as the key reads it, once per model object: every seeded gamma="auto" run names its profile,
+# and transformers' to_diff_dict took about a third of the ~1.2 ms that cost a run (a llama.cpp run: ~0.8%).
+# describe() (parameter shapes and dtypes, or the file) is read each time: model.half() changes it in place.
+_CONFIGS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _config(model) -> dict:
+    try:
+        return dict(_CONFIGS[model])
+    except (KeyError, TypeError):
+        cfg = model.config
+        diff = cfg.to_diff_dict() if hasattr(cfg, "to_diff_dict") else {}
+        try:
+            _CONFIGS[model] = diff
+        except TypeError:  # (a model that takes no weak reference is read each time)
+            pass
+        return dict(diff)
 
 
 def _shape(model) -> dict:
     from exactspec.backends.seam import describe
 
-    cfg = model.config
-    return {**describe(model), "config": cfg.to_diff_dict() if hasattr(cfg, "to_diff_dict") else {}}
+    return {**describe(model), "config": _config(model)}
+
+
+@lru_cache(maxsize=1)
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("exactspec")
+    except PackageNotFoundError:  # run from a source tree
+        return "source"
 
 
 def profile_key(target, draft, batch_size: int) -> str:
     """A hex digest naming the profile of (target, draft) at `batch_size` on this machine and build."""
     import torch
 
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        __version__ = version("exactspec")
-    except PackageNotFoundError:  # run from a source tree
-        __version__ = "source"
     blob = {"target": _shape(target), "draft": _shape(draft), "batch_size": batch_size,
-            "torch": torch.__version__, "threads": torch.get_num_threads(), "exactspec": __version__,
+            "torch": torch.__version__, "threads": torch.get_num_threads(), "exactspec": _version(),
             "python": sys.version.split()[0], "machine": platform.machine(), "cpu": platform.processor(),
             "node": platform.node(), "env": {k: os.environ.get(k) for k in _ENV}}
     blob["target"]["config"].pop("_name_or_path", None)
