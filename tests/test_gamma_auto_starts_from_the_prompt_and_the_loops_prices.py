@@ -249,3 +249,16 @@ def test_a_profiles_name_follows_the_models_dtypes_and_configs_though_configs_ar
     assert profiles.profile_key(target, tiny_lm("llama", seed=0, layers=1), 1) != key  # another config
     draft.to(torch.float32)  # in place (tiny_lm builds float64): the same object, other numerics
     assert profiles.profile_key(target, draft, 1) != key
+
+
+def test_a_profile_is_named_by_the_code_that_timed_its_loop(tmp_path, monkeypatch):
+    (tmp_path / "engine").mkdir()
+    (tmp_path / "engine" / "step.py").write_text("x = 1\n")
+    before = profiles.source_digest(tmp_path)
+    assert profiles.source_digest(tmp_path) == before
+    (tmp_path / "engine" / "step.py").write_text("x = 2\n")  # an edit, the version number unchanged
+    assert profiles.source_digest(tmp_path) != before
+    target, draft = _models()
+    key = profiles.profile_key(target, draft, 1)
+    monkeypatch.setattr(profiles, "_version", lambda: "0.1.0+000000000000")
+    assert profiles.profile_key(target, draft, 1) != key

@@ -8,8 +8,9 @@ threads, batch size) and stored as JSON under ``cache_root()/costs/``: every lat
 numbers, and the first one decides from what it wrote (read back), so it agrees with them too.
 
 A profile depends on the models' shapes and dtypes, not their weights: a forward costs the same whatever its
-weights hold. Deleting the file (``exactspec cache --clear costs``) measures a new one, whose decisions, and
-so whose seeded tokens, may differ.
+weights hold. It does depend on exactspec's code (its version and a digest of its sources), whose own loop it
+times. Deleting the file (``exactspec cache --clear costs``) measures a new one, whose decisions, and so whose
+seeded tokens, may differ.
 """
 from __future__ import annotations
 
@@ -56,12 +57,26 @@ def _shape(model) -> dict:
 
 @lru_cache(maxsize=1)
 def _version() -> str:
+    """exactspec's version and a digest of its sources, once per process (a few ms). The loop-priced profiles
+    time the engine's own Python, so a profile measured by other code prices other steps: an editable install
+    keeps its version number while its code changes (a profile measured before a change to the plain step
+    priced it 30% too dear, and seeded greedy runs drafted at a loss, 2026-12-04)."""
+    import pathlib
     from importlib.metadata import PackageNotFoundError, version
 
     try:
-        return version("exactspec")
+        v = version("exactspec")
     except PackageNotFoundError:  # run from a source tree
-        return "source"
+        v = "source"
+    return f"{v}+{source_digest(pathlib.Path(__file__).resolve().parent.parent)}"
+
+
+def source_digest(root) -> str:
+    """12 hex digits naming the ``*.py`` files under `root` (a pathlib.Path): their paths and contents."""
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:12]
 
 
 def profile_key(target, draft, batch_size: int) -> str:
