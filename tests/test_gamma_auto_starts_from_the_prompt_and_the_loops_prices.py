@@ -262,3 +262,29 @@ def test_a_profile_is_named_by_the_code_that_timed_its_loop(tmp_path, monkeypatc
     key = profiles.profile_key(target, draft, 1)
     monkeypatch.setattr(profiles, "_version", lambda: "0.1.0+000000000000")
     assert profiles.profile_key(target, draft, 1) != key
+
+
+def test_a_run_whose_prompt_says_draft_gives_the_pending_token_back_and_stays_greedy_equal(monkeypatch):
+    """The target's prefill takes the whole prompt before the evidence is read (betting on a plain first step);
+    when the policy drafts instead, the prompt's last token leaves the target's cache again and the first
+    verification feeds it with the drafts, as a prefill of the prompt less its last token would have."""
+    from exactspec.backends.cache import SlotCache
+
+    target = _models()[0]
+    draft = noisy_copy(target, 0.02, seed=3)
+    widths, real = [], SlotCache.forward
+
+    def forward(self, tokens, valid, logits_to_keep=0):
+        if self.model is target:
+            widths.append(tokens.shape[1])
+        return real(self, tokens, valid, logits_to_keep)
+    monkeypatch.setattr(SlotCache, "forward", forward)
+    cheap = CostModel(t_draft=0.0001, target_times={1: 0.010, 2: 0.0101, 16: 0.0102})  # drafting pays
+    gen = SpeculativeGenerator(target, draft, cost_model=cheap)
+    prompts = [[5, 9, 13, 5, 9, 21, 30], [7, 8, 11, 12, 2, 6, 5, 3]]
+    out = gen.generate(*left_padded(prompts), max_new_tokens=10, do_sample=False, eos_token_id=[], pad_token_id=0,
+                       seed=0)
+    assert widths[0] == 8 and widths[1] > 1 and widths[2] > 1  # the whole prompt, then verifications
+    assert out.stats.prefill_steps == 0 and out.stats.gamma_history[0] > 0 and out.stats.accepted_tokens > 0
+    for row, prompt in zip(out.sequences.tolist(), prompts):
+        assert row[-10:] == target_greedy(target, prompt, 10)

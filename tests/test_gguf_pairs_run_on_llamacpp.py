@@ -88,9 +88,14 @@ def test_a_block_quantization_of_rows_not_a_multiple_of_32_is_a_clear_error(tmp_
 
 
 def _greedy_equal(target, draft, ids, n: int):
-    out = SpeculativeGenerator(target, draft).generate(ids, max_new_tokens=n, do_sample=False, eos_token_id=[])
+    """Whether gamma="auto" (which may not draft at all on a pair near break-even) and gamma=4 both give the
+    target-alone loop's greedy tokens; the gamma=4 run's output, which drafted."""
     alone = target_alone_loop(target, ids, torch.ones_like(ids), max_new_tokens=n, temperature=0, seed=0)
-    return out.sequences[0, -n:].tolist() == alone[0].tolist(), out
+    gen, same = SpeculativeGenerator(target, draft), True
+    for gamma in ("auto", 4):
+        out = gen.generate(ids, max_new_tokens=n, do_sample=False, eos_token_id=[], gamma=gamma)
+        same = same and out.sequences[0, -n:].tolist() == alone[0].tolist()
+    return same, out
 
 
 def test_the_stdlib_pair_on_llamacpp_is_greedy_equal_to_its_target_alone_loop():

@@ -257,12 +257,11 @@ class SpeculativeGenerator:
         drafter = copy.copy(self.drafter)
         caps = first = None
         if max_new > 0:
-            # A policy that has decided its first step before seeing the prompt: a plain one goes in the prefill
-            if not getattr(policy, "wants_prompt_prior", False) and \
-                    not getattr(drafter, "wants_target_features", False):
-                caps = policy.next_lengths(max_new - n_gen - 1)  # [B]
-            target, pending, first = prefill(self.target, drafter, ids, mask, lazy=True, policy=policy, spec=spec,
-                                             plain_first=caps is not None and not bool(caps.any()))
+            # The first step decided in the prefill (after the prompt's evidence, if any): a plain one rides it
+            decide = None if getattr(drafter, "wants_target_features", False) else \
+                (lambda: policy.next_lengths(max_new - n_gen - 1))  # [B]
+            target, pending, first, caps = prefill(self.target, drafter, ids, mask, lazy=True, policy=policy,
+                                                   spec=spec, decide=decide)
             stats.prefill_time = time.perf_counter() - t_start
             stats.prefill_steps = int(first is not None)
         while active.numel():

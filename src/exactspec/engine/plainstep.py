@@ -46,8 +46,8 @@ def plain_step(target, spec: SamplingSpec, pending: torch.Tensor, prefixes: Pref
     committed to) goes on feeding each new token for up to `steps` steps, ending early when a row finishes
     or after :data:`PLAIN_SECONDS`, and hands them over as one StreamStep. Returns `(tokens [B, m],
     done [B] bool, the StreamStep)`: the m <= `steps` tokens of each row, the last one its new pending
-    token. `first [B, 1, V]`: the first
-    step's logits, already computed with `pending` in the cache (``prefill(plain_first=True)``).
+    token. `first [B, 1, V]`: the first step's logits, already computed with `pending` in the cache (the
+    prefill's, when it decided the first step plain: ``steps.prefill(decide=...)``).
 
     Between two forwards of a streak only the law and the draw run (and an EOS test when there are EOS
     ids): the output, the counts and the statistics are written once, after it. Not just to save the ops:

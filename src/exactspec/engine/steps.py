@@ -34,20 +34,23 @@ def write_emitted(out, from_draft, n_gen, active, emitted, n, count) -> None:
 
 
 def prefill(model, drafter, ids: torch.Tensor, mask: torch.Tensor, lazy: bool = False, policy=None, spec=None,
-            plain_first: bool = False):
+            decide=None):
     """Both caches take the prompt `[B, P]` minus its last token, which stays pending (the first
-    verification feeds it, so every target call produces >= 1 token). Returns `(session, pending [B], first)`:
-    the target's session of :mod:`exactspec.backends.seam` (a SlotCache on transformers' ops for a torch
-    model); `first` is None unless `plain_first` (below).
+    verification feeds it, so every target call produces >= 1 token). Returns `(session, pending [B], first,
+    caps)`: the target's session of :mod:`exactspec.backends.seam` (a SlotCache on transformers' ops for a torch
+    model); `first` and `caps` are None unless `decide` (below).
     `lazy`: a draft model's prompt waits for its first proposal (``DraftModelDrafter.start(lazy=True)``),
     unless `policy` asks for the prompt's evidence (``policy.wants_prompt_prior``, a fresh ``gamma="auto"``):
     then both prefills keep their last slots' logits and the policy starts from what they say of the draft
     (:mod:`exactspec.engine.promptprior`; `spec`: the run's SamplingSpec).
 
-    `plain_first`: the policy's first step is plain, so the target takes the whole prompt now and the
-    logits of its last slot are that step's (one forward fewer than feeding the pending token alone: a
-    whole llama.cpp decode of one token, ~1.5% of a 64-token run): `first [B, 1, V]` are those logits, and
-    the pending token is already in the target's cache (still pending for the draft)."""
+    `decide`: a callable returning the first step's caps `[B]` (the policy's ``next_lengths``), asked once,
+    after the prompt's evidence when there is some. When they are all 0 the first step is plain, and the target
+    takes the whole prompt: the logits of its last slot are that step's, `first [B, 1, V]` (one forward fewer
+    than feeding the pending token alone: a whole llama.cpp decode of one token, ~1.5% of a 64-token run), and
+    the pending token is already in the target's cache (still pending for the draft). With the evidence, the
+    target takes the whole prompt before the decision, betting on a plain step, and gives the last slot back
+    (``rollback``) if the policy drafts: its evidence slots are the same either way."""
     target = open_session(model, ids.shape[0], target=True)
     if getattr(drafter, "wants_target_features", False):  # a feature draft reads the target's hidden states
         drafter.watch(target)
@@ -55,9 +58,12 @@ def prefill(model, drafter, ids: torch.Tensor, mask: torch.Tensor, lazy: bool = 
     m = 0
     if plain_drafter and getattr(policy, "wants_prompt_prior", False) and spec.static_only:
         m = prompt_positions(ids.shape[0], ids.shape[1], vocab_size(model))
-    first = None
-    if plain_first:  # (never with the prompt's evidence: a policy that wants it has not decided yet)
-        first = target.forward(ids, mask.bool(), logits_to_keep=1)  # [B, 1, V]
+    caps = decide() if decide is not None and not m else None  # [B]: decided before seeing the prompt
+    whole = decide is not None and (m > 0 or not bool(caps.any()))
+    last = p_logits = None
+    if whole:  # the whole prompt: slots P-1-m .. P-2 hold the evidence, slot P-1 the first plain step's law
+        logits = target.forward(ids, mask.bool(), logits_to_keep=m + 1)  # [B, m + 1, V]
+        p_logits, last = logits[:, :m], logits[:, m:]
     elif ids.shape[1] > 1:
         p_logits = target.forward(ids[:, :-1], mask[:, :-1].bool(), logits_to_keep=max(m, 1))  # [B, m or 1, V]
     if plain_drafter:
@@ -71,5 +77,12 @@ def prefill(model, drafter, ids: torch.Tensor, mask: torch.Tensor, lazy: bool = 
             drafter.feed_prompt()
     else:
         drafter.start(ids, mask)
+    if caps is None and decide is not None:
+        caps = decide()
+    first = None
+    if whole and bool(caps.any()):  # the policy drafts: the pending token leaves the target's cache again
+        target.rollback(torch.zeros(ids.shape[0], 1, dtype=torch.bool, device=ids.device))
+    elif whole:
+        first = last
     _sync(ids.device)
-    return target, ids[:, -1], first
+    return target, ids[:, -1], first, caps

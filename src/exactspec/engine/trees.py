@@ -258,7 +258,7 @@ def run_tree(gen, ids, mask, max_new, spec, tree, eos, pad, prior_key=()):
     if planner is None:
         plan = plan_of(tree)
     if max_new > 0:
-        target, pending, _ = prefill(gen.target, drafter, ids, mask)
+        target, pending, _, _ = prefill(gen.target, drafter, ids, mask)
         stepper = TreeStepper(target, drafter, spec)
         stats.prefill_time = time.perf_counter() - t_start
     while active.numel():
