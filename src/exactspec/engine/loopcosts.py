@@ -3,6 +3,8 @@ stored profile ``gamma="auto"`` starts from (:func:`exactspec.speed.profiles.sto
 :func:`exactspec.engine.autocosts.base_cost`)."""
 from __future__ import annotations
 
+import statistics
+
 import torch
 
 from exactspec.backends.seam import vocab_size
@@ -12,12 +14,14 @@ from exactspec.speed.costmodel import CostModel
 
 __all__ = ["loop_priced", "calibration_run"]
 
+_REPEATS = 7  # interleaved pairs of runs, the first warming the caches (about 3 s in all on the stdlib pair)
+
 
 def loop_priced(gen, batch_size: int = 1, *, sampled: bool = False, new_tokens: int = 32):
     """The forwards' cost profile priced as the engine's loop runs them, all measured now, together: the bare
     forwards (:meth:`CostModel.measure`), then a gamma = 4 run and a run of plain steps, `new_tokens` each on a
-    fixed random prompt of 32 tokens per row, greedy or sampled at T = 1, three times interleaved, the last two
-    timed (the first warms the caches). The table is shifted so that a plain step costs what the loop's plain
+    fixed random prompt of 32 tokens per row, greedy or sampled at T = 1, `_REPEATS` times interleaved, all
+    but the first (which warms the caches) timed: the speculative runs pooled, the plain runs' median. The table is shifted so that a plain step costs what the loop's plain
     steps took (:meth:`CostModel.calibrate` with ``plain_time``), and a speculative step's draft calls and
     overhead are what the gamma = 4 runs took. One moment for all: this machine's speed drifts by up to 1.5x
     between sessions, and a table measured at another moment than the loop mispriced drafting against plain
@@ -29,11 +33,14 @@ def loop_priced(gen, batch_size: int = 1, *, sampled: bool = False, new_tokens: 
     kw = dict(max_new_tokens=new_tokens, eos_token_id=[], seed=0,
               **(dict(do_sample=True, temperature=1.0, top_k=0, top_p=1.0) if sampled else dict(do_sample=False)))
     spec, plain = [], []
-    for rep in range(3):
+    for rep in range(_REPEATS):
         spec.append(calibration_run(gen, ids, gamma=4, **kw).stats)
         plain.append(calibration_run(gen, ids, gamma=0, **kw).stats)  # plain steps only
+    # A plain step's price is the median run's: a run of plain steps is a few tens of ms, and on a shared
+    # machine one such run measured 1.6 to 2.3 ms a step among its neighbours (llama.cpp, 2026-12-04), so the
+    # mean of two priced a gamma = 5 step at 3.2x to 4.5x a plain one from one profile to the next.
     # (the first plain step's forward is the prefill's: GenerationStats.prefill_steps)
-    plain_step = sum(s.plain_step_time for s in plain[1:]) / sum(s.plain_steps - s.prefill_steps for s in plain[1:])
+    plain_step = statistics.median(s.plain_step_time / (s.plain_steps - s.prefill_steps) for s in plain[1:])
     cm = bare.calibrate(spec[1:], plain_time=plain_step).to_dict()
     cm["t_overhead_plain"] = 0.0  # a plain step is the shifted T_target(1): what the loop's plain steps took
     cm["metadata"] = {**cm["metadata"], "loop": "sampled" if sampled else "greedy", "loop_tokens": new_tokens,
