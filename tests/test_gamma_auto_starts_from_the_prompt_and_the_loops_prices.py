@@ -288,3 +288,61 @@ def test_a_run_whose_prompt_says_draft_gives_the_pending_token_back_and_stays_gr
     assert out.stats.prefill_steps == 0 and out.stats.gamma_history[0] > 0 and out.stats.accepted_tokens > 0
     for row, prompt in zip(out.sequences.tolist(), prompts):
         assert row[-10:] == target_greedy(target, prompt, 10)
+
+
+def test_a_run_whose_learning_ends_with_it_probes_only_where_its_own_tokens_can_repay_the_probe():
+    cost = CostModel(t_draft=0.006, target_times={1: 0.010, 2: 0.0105, 16: 0.012})  # as in the test above
+    decided = {}
+    for later in (True, False):
+        for left in (2, 40, 10_000):
+            policy = AdaptivePolicy(cost, 8, DraftingState(), learns_for_later=later)
+            policy.model.prior = 0.6
+            assert policy._plan()[4] > 1  # a hopeful length: no length pays at the estimates
+            decided[later, left] = bool(policy.next_lengths(torch.tensor([left])).any())
+    assert all(decided[True, left] for left in (2, 40, 10_000))  # a generator's probe serves its later runs
+    assert decided[False, 10_000] and not decided[False, 2]  # a seeded run's serves this run only
+    policy = AdaptivePolicy(cost, 8, DraftingState(), learns_for_later=False)
+    policy.model.prior = 0.6
+    k, pays = policy._plan()[4], None
+    for tokens in range(1, 10_000):  # P G > C switches once, from no to yes, as the tokens left grow
+        now = policy.probe_pays(k, tokens)
+        assert pays is None or now >= pays
+        pays = now
+    assert pays
+
+
+def test_a_seeded_runs_policy_does_not_learn_for_later_and_a_generators_does(monkeypatch):
+    target, draft = _models()
+    made = []
+    real = AdaptivePolicy.__init__
+
+    def init(self, *a, **kw):
+        real(self, *a, **kw)
+        made.append(self.learns_for_later)
+    monkeypatch.setattr(AdaptivePolicy, "__init__", init)
+    gen = SpeculativeGenerator(target, draft, cost_model=CostModel(0.001, {1: 0.01, 16: 0.012}))
+    kw = dict(max_new_tokens=3, do_sample=False, eos_token_id=[])
+    gen.generate(torch.tensor([[4, 5, 6]]), seed=0, **kw)
+    gen.generate(torch.tensor([[4, 5, 6]]), generator=torch.Generator().manual_seed(0), **kw)
+    assert made == [False, True]
+
+
+def test_the_loop_priced_profile_prices_a_plain_step_at_the_median_plain_run(monkeypatch):
+    """A run of plain steps is a few tens of ms; one busy moment must not price every later seeded run."""
+    from exactspec.engine import loopcosts
+    from exactspec.speed.stats import GenerationStats
+
+    target, draft = _models()
+    per_step = iter([0.5, 0.030, 0.010, 0.011, 0.009, 0.010, 0.012])  # the first warms up; one busy run
+    real = loopcosts.calibration_run
+
+    def run(gen, ids, *, gamma, **kw):
+        out = real(gen, ids, gamma=gamma, **kw)
+        if gamma == 0:
+            s = out.stats
+            out.stats = GenerationStats(**{**s.__dict__, "plain_step_time": next(per_step) * (s.plain_steps
+                                                                                           - s.prefill_steps)})
+        return out
+    monkeypatch.setattr(loopcosts, "calibration_run", run)
+    cm = loopcosts.loop_priced(SpeculativeGenerator(target, draft, calibrate=False), 1, new_tokens=8)
+    assert cm.metadata["loop_plain_step"] == pytest.approx(0.0105)  # the median of the six timed runs

@@ -227,7 +227,8 @@ class SpeculativeGenerator:
         if gamma != "auto":
             return FixedPolicy(gamma)
         return AdaptivePolicy(self._cost_model(batch_size, sampled=not key[0]), self.max_gamma,
-                              self._drafting.setdefault(key, DraftingState()), free_draft=self.draft is None)
+                              self._drafting.setdefault(key, DraftingState()), free_draft=self.draft is None,
+                              learns_for_later=not self._stored_costs)  # (a seeded run's state ends with it)
 
     def _learn_costs(self, stats: GenerationStats, batch_size: int, sampled: bool) -> None:
         """After a gamma="auto" run: re-price later runs as this loop ran (exactspec.engine.autocosts)."""

@@ -94,14 +94,18 @@ class AdaptivePolicy:
             row-specific. Default False: this engine's forwards serve every row at the longest row's width.
         weigh_left: in a batch, weigh each row's P by the tokens it has left when deciding whether the batch
             drafts on (see :meth:`include`); False: every row alike.
+        learns_for_later: what this policy learns outlives its run (a generator's state, carried to its next
+            runs). False for a seeded run, whose fresh state ends with it: an optimistic probe must then be
+            repaid within the run's own tokens (:meth:`probe_pays`).
     """
 
     wants_confidence = True
 
     def __init__(self, cost_model, max_gamma: int, state: DraftingState | None = None, *,
                  free_draft: bool = False, first_gap: int = 4, max_probe_gap: int = 256, optimism: float = 1.0,
-                 row_stops: bool = False, weigh_left: bool = True):
+                 row_stops: bool = False, weigh_left: bool = True, learns_for_later: bool = True):
         self.max_gamma, self.free_draft, self.row_stops, self.weigh_left = max_gamma, free_draft, row_stops, weigh_left
+        self.learns_for_later = learns_for_later
         self._w: list | None = None  # per row: its weight in the batch's decision (sums to 1)
         self.optimism = check_real("optimism", optimism, min=0.0)
         self.state = state if state is not None else DraftingState(probe_gap=first_gap)
@@ -193,6 +197,8 @@ class AdaptivePolicy:
     def next_lengths(self, left: torch.Tensor) -> torch.Tensor:
         k, self._rate, alpha, hope, hopeful = self._plan()
         self.probing, st = False, self.state
+        if hopeful and not self.learns_for_later and not self.probe_pays(hopeful, int(left.max()) + 1):
+            hopeful = 0
         if hopeful:  # too little evidence yet to rule drafting out: a probe that leaves the probing gap as it
             # is, as long as the length that would pay at optimistic rates. A one-token probe measured the
             # first position only, so the continuation's optimism never shrank and a pair near the break-even
@@ -215,6 +221,30 @@ class AdaptivePolicy:
             w = (left.clamp(min=0) + 1).tolist() if self.weigh_left else [1] * len(left)
             self._w = [x / sum(w) for x in w] if w else w
         return left.clamp(min=0, max=cap)
+
+    def probe_pays(self, k: int, tokens: int) -> bool:
+        """Whether an optimistic probe of `k` tokens is worth its expected cost when what it teaches serves only
+        the `tokens` this run may still emit (``learns_for_later=False``).
+
+        At the estimates the probe loses ``C = step_time(k) - E(k) step_time(0)`` seconds (E(k): the tokens
+        it is expected to emit). What it may find is that the optimistic rates hold (the truth lies at least
+        `optimism` standard errors above the estimates, a chance ``P = 1 - Phi(optimism)``: 0.16 at one), and
+        then drafting saves ``G = tokens (step_time(0) - 1 / R_hope)`` over the rest of the run, R_hope the best
+        length's rate at those rates. It pays when ``P G > C``. A generator's probes also serve its later runs,
+        and are not asked this. Seeded runs on llama.cpp probed 5 tokens a step for their first 6-7 steps at
+        T = 1, where a near break-even pair lost what 64 tokens could not repay (unseen11: 0.85x our loop,
+        2026-12-04)."""
+        _, _, alpha, hope, _ = self._plan()
+        u_first = self.model.uncertainty(self.optimism)[0]
+        _, r_hope = self.best_length(min(alpha + u_first, 1.0), hope)
+        later = self.model.continuation()
+        e, pw = 1.0, 1.0  # E(k) at the estimates: the first position at alpha, the others at the continuation's
+        for j in range(1, k + 1):
+            pw *= alpha if j == 1 else later
+            e += pw
+        cost = self._step[k] - e * self._step[0]
+        chance = 0.5 * math.erfc(self.optimism / math.sqrt(2.0))
+        return chance * tokens * (self._step[0] - 1.0 / r_hope) > cost
 
     def plain_streak(self) -> int:
         """After :meth:`next_lengths` made this step plain by decision: how many steps from this one on are
