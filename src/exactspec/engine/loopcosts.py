@@ -21,11 +21,11 @@ def loop_priced(gen, batch_size: int = 1, *, sampled: bool = False, new_tokens: 
     """The forwards' cost profile priced as the engine's loop runs them, all measured now, together: the bare
     forwards (:meth:`CostModel.measure`), then a gamma = 4 run and a run of plain steps, `new_tokens` each on a
     fixed random prompt of 32 tokens per row, greedy or sampled at T = 1, `_REPEATS` times interleaved, all
-    but the first (which warms the caches) timed: the speculative runs pooled, the plain runs' median. The table is shifted so that a plain step costs what the loop's plain
-    steps took (:meth:`CostModel.calibrate` with ``plain_time``), and a speculative step's draft calls and
-    overhead are what the gamma = 4 runs took. One moment for all: this machine's speed drifts by up to 1.5x
-    between sessions, and a table measured at another moment than the loop mispriced drafting against plain
-    steps. Random tokens are accepted at random rates; only the seconds per call and per step are read.
+    but the first (which warms the caches) timed: the speculative runs pooled, the plain runs' median. The
+    table is shifted so that a plain step costs what the loop's plain steps took (:meth:`CostModel.calibrate`
+    with ``plain_time``), and a speculative step's draft calls and overhead are what the gamma = 4 runs took.
+    One moment for all: this machine's speed drifts by up to 1.5x between sessions, and a table measured at
+    another moment than the loop mispriced drafting against plain steps. Random tokens are accepted at random rates; only the seconds per call and per step are read.
     `gen`: a fresh SpeculativeGenerator on the pair with a draft model (its runs use fixed lengths: no cost
     model, nothing learnt)."""
     bare = CostModel.measure(gen.target, gen.draft, batch_size=batch_size)

@@ -42,9 +42,9 @@ class GenerationStats:
             those steps took outside draft-model calls (their share of target_time and verify_time, and
             of draft_time when no draft model ran: a lookup that found nothing worth verifying); they skip
             verification, so a cost model prices them apart (CostModel.calibrate). prefill_steps: plain
-            steps whose forward was the prefill's (1 when the policy decided a plain first step before the
-            prompt, exactspec.engine.steps.prefill(plain_first=True); their seconds are in prefill_time), so a
-            plain step is priced over plain_steps - prefill_steps.
+            steps whose forward was the prefill's (1 when the policy decided in the prefill that the first
+            step is plain, exactspec.engine.steps.prefill(decide=...); their seconds are in prefill_time), so
+            a plain step is priced over plain_steps - prefill_steps.
         early_stops: row-steps whose drafting gamma="auto" stopped before their cap: the draft's
             confidence at a position, or the expected worth of the next draft call, said another token
             was not worth its price.
