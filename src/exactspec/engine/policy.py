@@ -24,7 +24,8 @@ it adds. That is the model-based form of llama.cpp's ``p_min`` and SpecDec++'s s
 following from the costs and the measured acceptance instead of a constant. When no length pays, not even
 at rates one standard error above the estimates (optimism while the evidence is thin: a fresh policy whose
 first verdicts were unlucky keeps probing), it takes plain steps and re-probes with an exponentially
-growing gap, so it notices when drafting starts to pay.
+growing gap, so it notices when drafting starts to pay. A run whose learning ends with it (a seeded run)
+probes optimistically only where its own remaining tokens can repay the probe (:meth:`AdaptivePolicy.probe_pays`).
 Confidence bins are position-free, so positions never reached need no exploration of their own. Positions
 not drafted yet are priced at the *continuation rate*, the acceptance of a position reached after an
 accepted one: acceptance comes in streaks, so it is higher than the rate pooled over all positions.
