@@ -346,3 +346,18 @@ def test_the_loop_priced_profile_prices_a_plain_step_at_the_median_plain_run(mon
     monkeypatch.setattr(loopcosts, "calibration_run", run)
     cm = loopcosts.loop_priced(SpeculativeGenerator(target, draft, calibrate=False), 1, new_tokens=8)
     assert cm.metadata["loop_plain_step"] == pytest.approx(0.0105)  # the median of the six timed runs
+
+
+def test_a_generators_first_run_keeps_the_gap_its_prompts_evidence_grew():
+    """Unseeded, the evidence grows the gap of the state the generator carries to its later runs (as a seeded
+    run's, which ends with it): no re-probe in the next 64-token runs where the first prompt said drafting
+    loses."""
+    cost = CostModel(t_draft=0.004, target_times={1: 0.010, 2: 0.02, 16: 0.05})
+    target, draft = _models()
+    gen = SpeculativeGenerator(target, draft, cost_model=cost, calibrate=False)
+    prompt = torch.tensor([[5, 9, 13, 5, 9, 21, 30, 4, 8, 17, 3, 12, 6, 19, 2, 11, 7, 14, 10, 1, 16]])
+    kw = dict(max_new_tokens=64, do_sample=True, temperature=1.0, top_k=0, eos_token_id=[])
+    calls = [gen.generate(prompt, gamma="auto", generator=torch.Generator().manual_seed(i), **kw).stats.draft_calls
+             for i in range(3)]
+    state = next(iter(gen._drafting.values()))
+    assert state.probe_gap == 256 and calls == [0, 0, 0]

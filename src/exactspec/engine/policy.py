@@ -147,7 +147,8 @@ class AdaptivePolicy:
         each of its pseudo-observations had been a probe (doubling the gap, up to `max_probe_gap`). A fresh
         gap of 4 re-probed at steps 4, 12, 28 and 60 of every seeded run, each probe a draft call and a
         two-token verification where the prompt had already said drafting loses (llama.cpp, unseen9: 0.87x
-        our loop seeded, 0.97x with the gap grown, greedy and T = 1, 2026-12-04)."""
+        our loop seeded, 0.97x with the gap grown, greedy and T = 1, 2026-12-04). A generator's first run
+        grows its carried state's gap alike (reset once drafting pays)."""
         self.model.count(confidence, accept, after, weight=PROMPT_WEIGHT, seen=True)
         doublings = int(len(confidence) * PROMPT_WEIGHT)
         if doublings:

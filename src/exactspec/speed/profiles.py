@@ -32,7 +32,8 @@ _ENV = ("EXACTSPEC_LEAN_TARGET", "EXACTSPEC_DRAFT_UPCAST")
 _IN_PROCESS: dict[str, object] = {}
 # A model's config as the key reads it, once per model object: every seeded gamma="auto" run names its profile,
 # and transformers' to_diff_dict took about a third of the ~1.2 ms that cost a run (a llama.cpp run: ~0.8%).
-# describe() (parameter shapes and dtypes, or the file) is read each time: model.half() changes it in place.
+# describe() (parameter shapes and dtypes, or the file) is read each time: model.half() changes it in place. A
+# config edited in place after a model's first seeded run keeps that run's profile (exactspec cache --clear costs).
 _CONFIGS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
