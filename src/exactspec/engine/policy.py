@@ -192,8 +192,9 @@ class AdaptivePolicy:
             # step is plain only if no length pays even at optimistic rates.
             u_first, u_later = self.model.uncertainty(self.optimism)
             hope = min(later + u_later, 1.0)
-            hopeful = self.best_length(min(alpha + u_first, 1.0), hope)[0] if k == 0 else 0
+            hopeful, hope_rate = self.best_length(min(alpha + u_first, 1.0), hope) if k == 0 else (0, 0.0)
             self._planned = (k, rate, alpha, hope, hopeful)
+            self._hoped = (later, hope_rate)  # the continuation's estimate, the hopeful length's rate (probe_pays)
         return self._planned
 
     def next_lengths(self, left: torch.Tensor) -> torch.Tensor:
@@ -236,10 +237,8 @@ class AdaptivePolicy:
         and are not asked this. Seeded runs on llama.cpp probed 5 tokens a step for their first 6-7 steps at
         T = 1, where a near break-even pair lost what 64 tokens could not repay (unseen11: 0.85x our loop,
         2026-12-04)."""
-        _, _, alpha, hope, _ = self._plan()
-        u_first = self.model.uncertainty(self.optimism)[0]
-        _, r_hope = self.best_length(min(alpha + u_first, 1.0), hope)
-        later = self.model.continuation()
+        alpha = self._plan()[2]
+        later, r_hope = self._hoped
         e, pw = 1.0, 1.0  # E(k) at the estimates: the first position at alpha, the others at the continuation's
         for j in range(1, k + 1):
             pw *= alpha if j == 1 else later
