@@ -18,6 +18,8 @@ class _Model:
 class _Ctx:
     """Per sequence, the positions it holds; decode checks each new token sits right after them."""
 
+    n_batch = 512
+
     def __init__(self, rows):
         self.held = {s: [] for s in range(rows)}
         self.n_seq = rows
@@ -27,6 +29,11 @@ class _Ctx:
             assert p == len(self.held[s]), "positions must continue each sequence"
             self.held[s].append(p)
         return np.zeros((int(np.count_nonzero(flags)), _Model.vocab_size), np.float32)
+
+    def decode_rows(self, tokens, pos, seq, flags, shape):  # the session's lean path: every slot real
+        assert len(tokens) == len(pos) == len(seq) == len(flags) <= self.n_batch
+        assert int(np.count_nonzero(flags)) == shape[0] * shape[1] and shape[2] == _Model.vocab_size
+        return self.decode(tokens, pos, seq, flags).reshape(shape)
 
     def remove(self, seq, start):
         self.held[int(seq)] = self.held[int(seq)][:int(start)]

@@ -54,6 +54,9 @@ class _Cells:
             self.seen.append(sorted(lab for q, ids, lab in self.cells if st[0] in ids and q <= p))
         return np.zeros((int(np.count_nonzero(flags)), _Model.vocab_size), np.float32)
 
+    def decode_rows(self, tokens, pos, seq, flags, shape):  # the session's lean path (one id per token)
+        return self.decode(tokens, pos, seq, flags).reshape(shape)
+
     def copy(self, src, dst, end):
         for p, ids, _ in self.cells:
             if src in ids and p < end:

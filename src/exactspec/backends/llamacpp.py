@@ -271,8 +271,20 @@ class LlamaCppSession:
         self._live()
         b, s = tokens.shape
         keep = s if not logits_to_keep else min(int(logits_to_keep), s)
+        if b * s <= self._ctx.n_batch and valid.numpy(force=True).all():
+            # the common case (every draft call, plain steps, most verifications), lean: a few numpy calls
+            tok = tokens.numpy(force=True)  # [B, S]
+            n = self.n + s
+            if tok.min() >= 0 and tok.max() < self._vocab and n.max() <= self.model.n_ctx:
+                ar, seq, flags = self._dense(b, s, keep)
+                raw = self._ctx.decode_rows(tok.ravel(), (self.n[:, None] + ar).ravel(), seq, flags,
+                                            (b, keep, self._vocab))  # [B, keep, V]
+                self.n = n
+                self._record(s)
+                self._len += s
+                return torch.from_numpy(raw)
         tok = _token_ids(tokens, self._vocab).ravel()  # [B*S]
-        if bool(valid.all()):  # the common case (every draft step, most verifications): no gather needed
+        if bool(valid.all()):  # every slot real, but a long prompt or ids it cannot take: no gather needed
             ar, seq, flags = self._dense(b, s, keep)
             counts, ok = s, None
             pos = (self.n[:, None] + ar).astype(np.int32).ravel()

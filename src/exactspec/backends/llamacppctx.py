@@ -53,6 +53,7 @@ class Context:
         if not self._ctx:
             raise RuntimeError(f"llama.cpp could not create a context of {n_ctx} cells for {n_seq} rows")
         self._mem = L.llama_get_memory(self._ctx)
+        self._L = L
         self.n_seq, self.n_ctx, self.n_batch = n_seq, int(L.llama_n_ctx(self._ctx)), int(L.llama_n_batch(self._ctx))
         self.vocab = vocab
         nb = self.n_batch
@@ -106,7 +107,6 @@ class Context:
             used = seq
         if int(used.min()) < 0 or int(used.max()) >= self.n_seq:
             raise ValueError(f"sequence ids must lie in [0, {self.n_seq})")
-        L = llama()
         if self._sets:  # the previous batch was of sets
             self._nsq[:] = 1
             self._sets = False
@@ -119,19 +119,40 @@ class Context:
                 self._seq[:z, :seq.shape[1]] = seq
                 self._nsq[:z] = counts
                 self._sets = True
-            self._batch.n_tokens = z
-            rc = L.llama_decode(self._ctx, self._batch)
-            if rc != 0:
-                raise RuntimeError(f"llama_decode returned {rc} (1: no KV cell left for the batch; "
-                                   "a larger n_ctx= helps)")
             k = int(np.count_nonzero(flags[a:a + z]))
-            if k:  # one memmove of [k, V] float32 out of llama.cpp's buffer (valid until the next decode)
-                rows = np.empty((k, self.vocab), np.float32)
-                ctypes.memmove(rows.ctypes.data, L.llama_get_logits(self._ctx), rows.nbytes)
+            rows = self._run(z, (k, self.vocab))
+            if k:
                 out.append(rows)
         if len(out) == 1:
             return out[0]
         return np.concatenate(out) if out else np.empty((0, self.vocab), np.float32)
+
+    def decode_rows(self, tokens: np.ndarray, pos: np.ndarray, seq: np.ndarray, flags: np.ndarray,
+                    shape: tuple) -> np.ndarray:
+        """:meth:`decode` for a caller that has checked the batch itself (at most `n_batch` tokens, sequence
+        ids in range, one id each) and knows what comes out: the flagged rows' logits as `shape` (e.g. `[B,
+        keep, V]`). No checks and no counting: on llama.cpp a step is a ~2 ms forward and every numpy call
+        right after one costs several times what it costs alone (a session's common call, measured)."""
+        z = len(tokens)
+        self._tok[:z], self._pos[:z], self._seq[:z, 0], self._flag[:z] = tokens, pos, seq, flags
+        if self._sets:
+            self._nsq[:] = 1
+            self._sets = False
+        return self._run(z, shape)
+
+    def _run(self, z: int, shape: tuple) -> np.ndarray:
+        """One `llama_decode` of the batch's first `z` tokens; the outputs copied out as `shape` (float32)."""
+        L = self._L
+        self._batch.n_tokens = z
+        rc = L.llama_decode(self._ctx, self._batch)
+        if rc != 0:
+            raise RuntimeError(f"llama_decode returned {rc} (1: no KV cell left for the batch; "
+                               "a larger n_ctx= helps)")
+        # one memmove out of llama.cpp's buffer (valid until the next decode)
+        rows = np.empty(shape, np.float32)
+        if rows.size:
+            ctypes.memmove(rows.ctypes.data, L.llama_get_logits(self._ctx), rows.nbytes)
+        return rows
 
     def close(self) -> None:
         if self._closed:

@@ -124,10 +124,12 @@ class DraftModelDrafter:
         calls = 0  # draft-model forwards this step (the Draft carries them to update)
         big_k = int(caps.max()) if b else 0
         tokens, probs, confs = [], [], []
-        lengths = caps.clamp(max=0)  # [B] positions each row drafts (a row the policy stops stays stopped)
         inp, valid = self._first_input()
         first, t0 = 0.0, time.perf_counter()
         ask = policy is not None and policy.wants_confidence
+        # [B] positions each row drafts: the policy's rows per position (a row it stops stays stopped), or caps
+        lengths = caps.clamp(max=0) if ask else None
+        ones = torch.ones(b, 1, dtype=torch.bool, device=valid.device)  # the validity of every later call's input
         for i in range(big_k):  # feeds pending, d_1 .. d_{K-1}; d_K is sampled but not fed
             if i == 1:  # the first call's whole iteration (its forward, q, the policy's look, the draw),
                 sync(inp.device)  # as every later call's share of the draft time counts it
@@ -143,16 +145,18 @@ class DraftModelDrafter:
                     break
                 lengths = lengths + rows
                 confs.append(conf)
-            else:
-                lengths = caps.clamp(max=i + 1)
             # greedy: the argmax of the logits, lowest id among ties, as probs_from_logits
-            d = logits[:, : spec.vocab_size].argmax(-1) if q is None else spec.sample(q)  # [B]
+            # (cut to the target's vocabulary when the draft's head is wider: its padding is never drawn)
+            d = (logits if logits.shape[-1] == spec.vocab_size else logits[:, : spec.vocab_size]).argmax(-1) \
+                if q is None else spec.sample(q)  # [B]
             if q is not None:
                 probs.append(q)
             tokens.append(d)
             if ask and i + 1 < big_k and not policy.more(i + 1):  # the next draft call would not pay
                 break
-            inp, valid = self._next_input(d), torch.ones(b, 1, dtype=torch.bool, device=d.device)
+            inp, valid = self._next_input(d), ones
+        if not ask:  # each row drafts up to its cap, one position per call
+            lengths = caps.clamp(max=len(tokens))
         if calls == 1:
             sync(caps.device)
             first = time.perf_counter() - t0
