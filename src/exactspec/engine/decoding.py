@@ -34,7 +34,7 @@ from exactspec.engine.plainstep import PLAIN_RUN, plain_step, tell_drafter
 from exactspec.speed.stats import GenerationStats
 from exactspec.verification.rules import greedy_verdict, verify
 from exactspec.engine.runargs import _check_causal_lm, run_args
-from exactspec.engine.steps import cut_at_eos, prefill, write_emitted
+from exactspec.engine.steps import emit, prefill
 from exactspec.engine.treepolicy import auto_runs_tree, learn_from_chain
 from exactspec.engine.trees import parse_tree, run_tree
 
@@ -250,6 +250,7 @@ class SpeculativeGenerator:
         out = torch.full((b, max_new), pad, dtype=torch.long, device=device)  # [B, max_new]
         from_draft = torch.zeros(b, max_new, dtype=torch.bool, device=device)
         n_gen = torch.zeros(b, dtype=torch.long, device=device)
+        eos_ids = frozenset(eos.tolist())
         # Before the clock starts: gamma="auto" may first measure a cost model, which is not generation time.
         policy = self._policy(gamma, b, prior_key) if max_new > 0 else FixedPolicy(1)
         t_start, suspended = time.perf_counter(), 0.0
@@ -285,8 +286,9 @@ class SpeculativeGenerator:
                 # (not for a feature drafter: it reads the target's features of the last forward only)
                 streak = 1 if draft.calls or getattr(drafter, "wants_target_features", False) else \
                     min(policy.plain_streak(), PLAIN_RUN)
-                made, done, step = plain_step(target, spec, pending, Prefixes(ids, mask, out, n_gen, active),
-                                              eos, max_new, stats, streak, first)
+                made, _, step = plain_step(target, spec, pending, Prefixes(ids, mask, out, n_gen, active),
+                                           eos, max_new, stats, streak, first)
+                done = step.finished
                 first = None
                 if made.shape[1] > 1:
                     policy.skip_plain(made.shape[1] - 1)
@@ -321,34 +323,29 @@ class SpeculativeGenerator:
                                      draft_lengths=draft.lengths, generator=spec.generator)
                 n, nxt = verdict.accepted, verdict.next_token
                 policy.observe(draft, n)
-                emitted = torch.cat([draft.tokens, torch.zeros_like(pending)[:, None]], 1)
-                emitted.scatter_(1, n[:, None], nxt[:, None])  # [B, K+1]: d_1..d_n, then the bonus token
-                count, ended = cut_at_eos(emitted, n + 1, eos)
+                # each row emits d_1..d_n, then the target's own token (cut after an EOS: exactspec.engine.steps)
+                rows, n_l, lengths = active.tolist(), n.tolist(), draft.lengths.tolist()
+                proposed = [d[:a] + [x] for d, a, x in zip(draft.tokens.tolist(), n_l, nxt.tolist())]
+                tokens, flags, counts, done = emit(out, from_draft, n_gen, active, rows, proposed, n_l, eos_ids,
+                                                   max_new)
                 # Statistics count what was emitted: an EOS among the accepted drafts ends the row there, and
                 # the drafts after it were neither emitted nor, for the statistics, proposed.
-                cut = ended & (count <= n)
-                rows = active.tolist()
-                stats.record_step(torch.where(cut, count, draft.lengths), torch.where(cut, count, n), fed=big_k + 1,
-                                  row_ids=rows)
-                write_emitted(out, from_draft, n_gen, active, emitted, n, count)
-                done = ended | (n_gen[active] >= max_new)
+                stats.record_step([c if c <= a else k for c, a, k in zip(counts, n_l, lengths)],
+                                  [min(c, a) for c, a in zip(counts, n_l)], fed=big_k + 1, row_ids=rows)
                 _sync(device)
                 t_spec = time.perf_counter()
                 stats.verify_time += t_spec - t2
                 stats.target_time += t2 - t1
                 t_spec -= t1
-                step = StreamStep(
-                    rows=rows,
-                    tokens=[r[:c] for r, c in zip(emitted.tolist(), count.tolist())],
-                    from_draft=[[i < nb for i in range(c)] for nb, c in zip(n.tolist(), count.tolist())],
-                    finished=done.tolist(), gamma=big_k, drafted=draft.lengths.tolist())
+                step = StreamStep(rows=rows, tokens=tokens, from_draft=flags, finished=done, gamma=big_k,
+                                  drafted=lengths)
             stats.draft_time += t1 - t0
             t_out = time.perf_counter()
             yield step
             t3 = time.perf_counter()
             suspended += t3 - t_out  # time the consumer held the stream is not generation time
-            keep = ~done
-            if keep.any():
+            kept = [i for i, d in enumerate(done) if not d]  # the rows still running, by position in the batch
+            if kept:
                 if big_k:  # (a plain step fed the pending token only, and keeps it)
                     target.rollback(pos <= n[:, None])  # pending + accepted drafts; the bonus is pending now
                 if big_k == 0:  # each token of a plain streak is its own step for the drafter
@@ -356,12 +353,13 @@ class SpeculativeGenerator:
                 else:
                     drafter.update(n, nxt, draft)
                 pending = nxt
-                if not bool(keep.all()):
-                    rows_kept = keep.nonzero().squeeze(1)
+            if len(kept) < len(done):  # finished rows leave the batch
+                rows_kept = torch.tensor(kept, dtype=torch.long, device=device)
+                if kept:
                     target.select_rows(rows_kept)
                     drafter.select_rows(rows_kept)
                     pending = pending[rows_kept]
-            active = active[keep]
+                active = active[rows_kept]
             t_tail = time.perf_counter() - t3
             stats.verify_time += t_tail
             if big_k and whole:

@@ -190,12 +190,18 @@ class DraftModelDrafter:
             self.pending = torch.cat([self.pending, nxt], 1)
             self.pending_valid = torch.cat([self.pending_valid, ones], 1)
             return
-        f = draft.calls - 1
-        j = torch.arange(1, draft.tokens.shape[1] + 1, device=accepted.device)[None, :]  # [1, K]
-        self.state.rollback(torch.cat([self.pending_valid, (j <= accepted[:, None])[:, :f]], 1))
-        tail = draft.tokens[:, f:]  # drafted, not fed: at most d_K, emitted when all K were accepted
-        self.pending, self.pending_valid = left_pack(torch.cat([tail, nxt], 1),
-                                                     torch.cat([(j <= accepted[:, None])[:, f:], ones], 1))
+        f, k = draft.calls - 1, draft.tokens.shape[1]
+        j = torch.arange(1, k + 1, device=accepted.device)[None, :]  # [1, K]
+        took = j <= accepted[:, None]  # [B, K]: the drafts each row kept
+        self.state.rollback(torch.cat([self.pending_valid, took[:, :f]], 1))
+        # d_K is drafted and not fed (f = K - 1) unless the policy stopped the step after feeding it (f = K);
+        # a row that kept it has it pending before the bonus token, left-packed (as left_pack would)
+        full = took[:, -1] if f < k else None  # [B]
+        if full is None or not bool(full.any()):
+            self.pending, self.pending_valid = nxt, ones
+        else:
+            self.pending = torch.stack([torch.where(full, draft.tokens[:, -1], 0), next_token], 1)  # [B, 2]
+            self.pending_valid = torch.stack([full, ones[:, 0]], 1)
 
     def update_plain(self, made: torch.Tensor) -> None:
         """`made [B, m]`: m plain steps, none proposed to, emitted these tokens; they join the pending ones

@@ -1,5 +1,5 @@
-"""What every step shares, chain or tree: the prefill that leaves the prompt's last token pending, cutting a
-step's tokens at EOS, and writing them into the output."""
+"""What every step shares, chain or tree: the prefill that leaves the prompt's last token pending, and a
+step's tokens cut at EOS and written into the output."""
 from __future__ import annotations
 
 import torch
@@ -9,28 +9,43 @@ from exactspec.backends.seam import open_session, vocab_size
 from exactspec.engine.drafters import DraftModelDrafter
 from exactspec.engine.promptprior import prompt_evidence, prompt_positions
 
-__all__ = ["cut_at_eos", "write_emitted", "prefill"]
+__all__ = ["emit", "prefill"]
 
 
-def cut_at_eos(emitted: torch.Tensor, count: torch.Tensor, eos: torch.Tensor):
-    """`emitted [B, W]` tokens of a step, `count [B]` of them emitted per row: cut each row after its first
-    EOS. Returns `(count [B], ended [B] bool)`."""
-    pos = torch.arange(emitted.shape[1], device=emitted.device)[None, :]
-    hit = torch.isin(emitted, eos) & (pos < count[:, None])
-    ended = hit.any(1)
-    return torch.where(ended, hit.long().argmax(1) + 1, count), ended
+def emit(out, from_draft, n_gen, active, rows: list[int], proposed: list[list[int]], n: list[int],
+         eos: frozenset, max_new: int) -> tuple[list[list[int]], list[list[bool]], list[int], list[bool]]:
+    """Append each active row's tokens of a step to `out [B0, max_new]` after its `n_gen[b]` tokens.
 
+    `rows`: the active rows' ids in the run's batch; `proposed[b]`: what row b may emit (its first `n[b]` are
+    draft tokens, then the target's own; already cut to the tokens it has left); each is cut after its first
+    EOS id (`eos`). Writes `out`, `from_draft` and `n_gen` in one indexed write each, and returns `(tokens,
+    from_draft, counts, done)` per row as lists (a row is done at an EOS or at `max_new` tokens).
 
-def write_emitted(out, from_draft, n_gen, active, emitted, n, count) -> None:
-    """Append each active row's first `count[b]` tokens of `emitted [B, W]` to `out [B0, max_new]` after
-    its `n_gen[b]` tokens; the first `n[b]` of them were draft tokens (`from_draft`)."""
-    pos = torch.arange(emitted.shape[1], device=emitted.device)[None, :]
-    write = pos < count[:, None]  # [B, W]
-    rows = active[:, None].expand_as(write)[write]
-    cols = (n_gen[active][:, None] + pos).expand_as(write)[write]
-    out[rows, cols] = emitted[write]
-    from_draft[rows, cols] = (pos < n[:, None]).expand_as(write)[write]
-    n_gen[active] += count
+    In Python lists, not a [B, W] tensor pipeline: a step has a handful of rows and tokens, and on a small
+    target each tensor op right after a forward costs several times what it costs alone (on llama.cpp some
+    30 of them took ~15% of a greedy chain step, measured), while the stream's lists needed the host copy anyway."""
+    device = out.device
+    gen = n_gen[active].tolist()
+    tokens, flags, counts, done = [], [], [], []
+    r_idx, c_idx = [], []
+    for row, toks, nb, g in zip(rows, proposed, n, gen):
+        c, ended = len(toks), False
+        if eos:
+            for i, t in enumerate(toks):
+                if t in eos:
+                    c, ended = i + 1, True
+                    break
+        tokens.append(toks[:c])
+        flags.append([i < nb for i in range(c)])
+        counts.append(c)
+        done.append(ended or g + c >= max_new)
+        r_idx += [row] * c
+        c_idx += range(g, g + c)
+    idx = (torch.tensor(r_idx, device=device), torch.tensor(c_idx, device=device))
+    out[idx] = torch.tensor([t for r in tokens for t in r], dtype=out.dtype, device=device)
+    from_draft[idx] = torch.tensor([f for r in flags for f in r], dtype=torch.bool, device=device)
+    n_gen[active] = torch.tensor([g + c for g, c in zip(gen, counts)], dtype=n_gen.dtype, device=device)
+    return tokens, flags, counts, done
 
 
 def prefill(model, drafter, ids: torch.Tensor, mask: torch.Tensor, lazy: bool = False, policy=None, spec=None,

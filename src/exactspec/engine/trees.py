@@ -243,7 +243,7 @@ def run_tree(gen, ids, mask, max_new, spec, tree, eos, pad, prior_key=()):
     import copy
 
     from exactspec.engine.output import GenerationOutput, StreamStep
-    from exactspec.engine.steps import cut_at_eos, prefill, write_emitted
+    from exactspec.engine.steps import emit, prefill
     from exactspec.speed.stats import GenerationStats
 
     device, b = ids.device, ids.shape[0]
@@ -251,6 +251,7 @@ def run_tree(gen, ids, mask, max_new, spec, tree, eos, pad, prior_key=()):
     out = torch.full((b, max_new), pad, dtype=torch.long, device=device)  # [B, max_new]
     from_draft = torch.zeros(b, max_new, dtype=torch.bool, device=device)
     n_gen = torch.zeros(b, dtype=torch.long, device=device)
+    eos_ids = frozenset(eos.tolist())
     t_start, suspended = time.perf_counter(), 0.0
     active = torch.arange(b, device=device) if max_new > 0 else torch.zeros(0, dtype=torch.long)
     drafter = copy.copy(gen.drafter)
@@ -274,19 +275,18 @@ def run_tree(gen, ids, mask, max_new, spec, tree, eos, pad, prior_key=()):
             stats.draft_steps += 1
             stats.draft_first_time += drafter.first_call_time - first0 if calls > 1 else stepper.times[0]
         _sync(device)
-        # a tree deeper than the tokens left is cut, exactly; then after the first EOS
-        count, ended = cut_at_eos(emitted, torch.minimum(n + 1, left), eos)
+        # a tree deeper than the tokens left is cut, exactly; then after the first EOS (exactspec.engine.steps)
+        rows, n_l = active.tolist(), n.tolist()
+        proposed = [r[:c] for r, c in zip(emitted.tolist(), torch.minimum(n + 1, left).tolist())]
+        tokens, flags, count, done = emit(out, from_draft, n_gen, active, rows, proposed, n_l, eos_ids, max_new)
         depth = torch.zeros_like(n) if dtree is None else \
             torch.where(dtree.tokens >= 0, dtree.depth, torch.zeros_like(dtree.depth)).max(1).values
-        shown = torch.minimum(n, count)
-        rows = active.tolist()
-        stats.record_step(torch.where(count <= n, count, depth), shown, fed=fed, row_ids=rows)
-        stats.record_tree(n.tolist(), verified_pairs(dtree, path, n),
+        stats.record_step([c if c <= a else d for c, a, d in zip(count, n_l, depth.tolist())],
+                          [min(a, c) for c, a in zip(count, n_l)], fed=fed, row_ids=rows)
+        stats.record_tree(n_l, verified_pairs(dtree, path, n),
                           0 if dtree is None else int((dtree.tokens >= 0).sum()))
         stats.gamma_history.append(calls)
         stats.tree_history.append(_label(dtree))
-        write_emitted(out, from_draft, n_gen, active, emitted, n, count)
-        done = ended | (n_gen[active] >= max_new)
         _sync(device)
         t2 = time.perf_counter()
         t_draft, t_target, t_verify = stepper.times
@@ -294,15 +294,12 @@ def run_tree(gen, ids, mask, max_new, spec, tree, eos, pad, prior_key=()):
         stats.target_time += t_target
         stats.verify_time += (t2 - t0) - t_draft - t_target
         t_out = time.perf_counter()
-        yield StreamStep(rows=rows,
-                         tokens=[r[:c] for r, c in zip(emitted.tolist(), count.tolist())],
-                         from_draft=[[i < nb for i in range(c)] for nb, c in zip(n.tolist(), count.tolist())],
-                         finished=done.tolist(), gamma=calls,
+        yield StreamStep(rows=rows, tokens=tokens, from_draft=flags, finished=done, gamma=calls,
                          # "all drafts kept" <=> the path ended at a leaf: its last token is a bonus token
                          drafted=torch.where(stepper.bonus, n, torch.maximum(depth, n + 1)).tolist())
         t3 = time.perf_counter()
         suspended += t3 - t_out
-        keep = ~done
+        keep = torch.tensor([not d for d in done], dtype=torch.bool, device=device)
         if keep.any():
             stepper.commit(n, nxt)
             pending = nxt

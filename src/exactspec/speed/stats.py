@@ -261,37 +261,38 @@ class GenerationStats:
         if row_ids is not None:
             self.step_rows.append([[r, 0, 0] for r in row_ids])
 
-    def record_step(self, draft_lengths: torch.Tensor, accepted: torch.Tensor, fed: int | None = None,
+    def record_step(self, draft_lengths, accepted, fed: int | None = None,
                     row_ids: list[int] | None = None) -> None:
-        """Count one verification: `draft_lengths [B]`, `accepted [B]` (int64) for the rows taking part;
-        `fed`: positions the target call was fed (default: the longest draft + 1); `row_ids`: the rows'
-        indices in the run's batch (per-row counts are kept only when given)."""
-        fed = fed if fed is not None else (int(draft_lengths.max()) if draft_lengths.numel() else 0) + 1
+        """Count one verification: `draft_lengths [B]`, `accepted [B]` (lists of ints, or int64 tensors) for
+        the rows taking part; `fed`: positions the target call was fed (default: the longest draft + 1);
+        `row_ids`: the rows' indices in the run's batch (per-row counts are kept only when given).
+
+        Counted in Python: the engine calls it every step with a handful of rows, and on a small target each
+        tensor op right after a forward costs several times its own time (exactspec.engine.steps.emit)."""
+        lengths = draft_lengths.tolist() if isinstance(draft_lengths, torch.Tensor) else list(draft_lengths)
+        accs = accepted.tolist() if isinstance(accepted, torch.Tensor) else list(accepted)
+        k = max(lengths, default=0)
+        fed = fed if fed is not None else k + 1
         self.target_calls += 1
         self.target_positions += fed
         _bump(self.width_counts, fed)
-        self.row_steps += int(draft_lengths.numel())
-        self.drafted_tokens += int(draft_lengths.sum())
-        self.accepted_tokens += int(accepted.sum())
-        lengths, accs = draft_lengths.tolist(), accepted.tolist()  # one host copy serves every count
+        self.row_steps += len(lengths)
+        self.drafted_tokens += sum(lengths)
+        self.accepted_tokens += sum(accs)
         for length, acc in zip(lengths, accs):
             _bump(self.length_counts, length)
             _bump_length(self.length_accepted, length, acc)
         if row_ids is not None:
-            self.step_rows.append([[r, k, a] for r, k, a in zip(row_ids, lengths, accs)])
-        k = int(draft_lengths.max()) if draft_lengths.numel() else 0
-        if k == 0:
-            return
-        pos = torch.arange(1, k + 1, device=accepted.device)[None, :]  # [1, K]
-        # Position i is reached when it was drafted and all earlier ones were accepted.
-        reached = (pos <= draft_lengths[:, None]) & (pos <= accepted[:, None] + 1)
-        acc = pos <= accepted[:, None]
+            self.step_rows.append([[r, k_, a] for r, k_, a in zip(row_ids, lengths, accs)])
         while len(self.position_drafted) < k:
             self.position_drafted.append(0)
             self.position_accepted.append(0)
-        for i, (r, a) in enumerate(zip(reached.sum(0).tolist(), acc.sum(0).tolist())):
-            self.position_drafted[i] += int(r)
-            self.position_accepted[i] += int(a)
+        # Position i (from 1) is reached when it was drafted and all earlier ones were accepted.
+        for length, acc in zip(lengths, accs):
+            for i in range(min(length, acc + 1)):
+                self.position_drafted[i] += 1
+            for i in range(min(length, acc)):
+                self.position_accepted[i] += 1
 
 def _bump_length(table: list[list[int]], length: int, acc: int) -> None:
     """table[length][acc] += 1 in a triangular [k][a] table (a <= k), grown as needed."""
