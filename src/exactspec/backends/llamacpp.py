@@ -314,11 +314,22 @@ class LlamaCppSession:
         """Keep only the slots flagged in `keep [B, S]` among the last S slots (each row a prefix of its
         real tokens there); the other tokens leave the KV cache."""
         self._live()
-        k = keep.numpy(force=True).astype(bool)
-        s = k.shape[1]
+        s = keep.shape[1]
         if s > self._w:
             raise ValueError(f"rollback over {s} slots, but the session remembers {self._w}")
         real = self._ring[:, self._w - s:self._w]  # [B, S], a view
+        if real.all():  # every slot was real (dense calls: a chain's steps), so each row keeps a prefix: in Python
+            for b, row in enumerate(keep.tolist()):
+                c = sum(map(bool, row))
+                if any(row[c:]):
+                    raise ValueError("the llama.cpp backend keeps a prefix of each row's new tokens; this "
+                                     "rollback leaves a hole (a tree's path is kept by keep_tail)")
+                if c < s:
+                    self.n[b] -= s - c
+                    self._ctx.remove(self.seq[b], self.n[b])
+                    real[b, c:] = False
+            return
+        k = keep.numpy(force=True).astype(bool)
         tail = real & k
         kept = tail.sum(1)
         if not np.array_equal(tail, real & (np.cumsum(real, 1) <= kept[:, None])):
