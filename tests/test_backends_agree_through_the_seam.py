@@ -127,10 +127,13 @@ def test_bad_files_a_vocabulary_mismatch_and_bad_use_give_one_clear_error(tiny, 
     ids = torch.tensor([[5, 6, 7]])
     with pytest.raises(ValueError, match="context of 256"):
         gen.generate(ids, max_new_tokens=300)
-    s = open_session(tiny["target"], 1, target=True)
-    s.forward(ids, torch.ones_like(ids, dtype=torch.bool))
-    with pytest.raises(ValueError, match="leaves a hole"):
-        s.rollback(torch.tensor([[True, False, True]]))
+    s = open_session(tiny["target"], 2, target=True)
+    s.forward(torch.cat([ids, ids]), torch.ones(2, 3, dtype=torch.bool))
+    with pytest.raises(ValueError, match="leaves a hole"):  # in the second row: the first is left as it was too
+        s.rollback(torch.tensor([[True, False, False], [True, False, True]]))
+    assert s.n.tolist() == [3, 3]
+    s.rollback(torch.tensor([[True, False, False], [True, True, False]]))
+    assert s.n.tolist() == [1, 2]
     open_session(tiny["target"], 1, target=True)
     with pytest.raises(RuntimeError, match="session ended"):
         s.forward(ids, torch.ones_like(ids, dtype=torch.bool))

@@ -88,3 +88,19 @@ def test_sampled_rows_stop_at_eos_and_are_padded():
             n_tokens += N
     assert 0 < stopped < len(new)
     assert out.stats.new_tokens == n_tokens
+
+
+@pytest.mark.parametrize("tree", [None, (2, 1)])
+def test_a_consumer_editing_the_steps_it_is_handed_ends_no_row(tree):
+    """The stream's steps are the caller's: a consumer that marks every row finished in a step it was handed
+    does not end any row (the loop keeps its own record of which rows finished)."""
+    target, same, refs = _models()
+    ids, mask = left_padded(PROMPTS)
+    gen = SpeculativeGenerator(target, copy.deepcopy(target))
+    stream = gen.stream(ids, mask, max_new_tokens=N, do_sample=False, eos_token_id=[], gamma=2, tree=tree)
+    for step in stream:
+        step.finished[:] = [True] * len(step.finished)
+        step.tokens.clear()
+    assert stream.output.stats.row_tokens == [N] * len(PROMPTS)
+    for row, ref in zip(stream.output.sequences[:, ids.shape[1]:].tolist(), refs):
+        assert row == ref

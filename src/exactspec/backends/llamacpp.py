@@ -318,12 +318,15 @@ class LlamaCppSession:
         if s > self._w:
             raise ValueError(f"rollback over {s} slots, but the session remembers {self._w}")
         real = self._ring[:, self._w - s:self._w]  # [B, S], a view
-        if real.all():  # every slot was real (dense calls: a chain's steps), so each row keeps a prefix: in Python
-            for b, row in enumerate(keep.tolist()):
-                c = sum(map(bool, row))
-                if any(row[c:]):
-                    raise ValueError("the llama.cpp backend keeps a prefix of each row's new tokens; this "
-                                     "rollback leaves a hole (a tree's path is kept by keep_tail)")
+        if keep.shape[0] == len(self.seq) and real.all():
+            # every slot was real (dense calls: a chain's steps), so each row keeps a prefix: checked in Python,
+            # every row before any is changed
+            rows = keep.tolist()
+            kept = [sum(map(bool, row)) for row in rows]
+            if any(any(row[c:]) for row, c in zip(rows, kept)):
+                raise ValueError("the llama.cpp backend keeps a prefix of each row's new tokens; this "
+                                 "rollback leaves a hole (a tree's path is kept by keep_tail)")
+            for b, c in enumerate(kept):
                 if c < s:
                     self.n[b] -= s - c
                     self._ctx.remove(self.seq[b], self.n[b])

@@ -288,7 +288,7 @@ class SpeculativeGenerator:
                     min(policy.plain_streak(), PLAIN_RUN)
                 made, _, step = plain_step(target, spec, pending, Prefixes(ids, mask, out, n_gen, active),
                                            eos, max_new, stats, streak, first)
-                done = step.finished
+                done = list(step.finished)  # (the caller may edit its step; the loop reads this after the yield)
                 first = None
                 if made.shape[1] > 1:
                     policy.skip_plain(made.shape[1] - 1)
@@ -337,8 +337,8 @@ class SpeculativeGenerator:
                 stats.verify_time += t_spec - t2
                 stats.target_time += t2 - t1
                 t_spec -= t1
-                step = StreamStep(rows=rows, tokens=tokens, from_draft=flags, finished=done, gamma=big_k,
-                                  drafted=lengths)
+                step = StreamStep(rows=rows, tokens=tokens, from_draft=flags, finished=list(done), gamma=big_k,
+                                  drafted=lengths)  # (the caller's copy: the loop reads `done` after the yield)
             stats.draft_time += t1 - t0
             t_out = time.perf_counter()
             yield step

@@ -294,7 +294,7 @@ def run_tree(gen, ids, mask, max_new, spec, tree, eos, pad, prior_key=()):
         stats.target_time += t_target
         stats.verify_time += (t2 - t0) - t_draft - t_target
         t_out = time.perf_counter()
-        yield StreamStep(rows=rows, tokens=tokens, from_draft=flags, finished=done, gamma=calls,
+        yield StreamStep(rows=rows, tokens=tokens, from_draft=flags, finished=list(done), gamma=calls,
                          # "all drafts kept" <=> the path ended at a leaf: its last token is a bonus token
                          drafted=torch.where(stepper.bonus, n, torch.maximum(depth, n + 1)).tolist())
         t3 = time.perf_counter()
