@@ -38,11 +38,15 @@ def import_old(checkout: pathlib.Path):
     atexit.register(shutil.rmtree, tmp, True)
     dst = tmp / "exactspec_old"
     shutil.copytree(checkout / "src" / "exactspec", dst, ignore=shutil.ignore_patterns("__pycache__"))
-    pattern = re.compile(r"\bexactspec(?=[.\s\"'])")  # imports and module paths, not words in prose
+    # its imports, and its own module paths in strings ("exactspec.engine..."), not file names such as
+    # "exactspec.json" (the GGUF cache's stamp, shared with the new code) nor words in prose
+    mods = "|".join(sorted({q.stem for q in dst.iterdir() if q.suffix == ".py" or q.is_dir()}))
+    imports = re.compile(r"\bexactspec(?=[.\s\"'])")
+    paths = re.compile(rf"\bexactspec(?=\.(?:{mods})\b)")
     for f in dst.rglob("*.py"):
-        text = f.read_text()
-        f.write_text("\n".join(pattern.sub("exactspec_old", line) if ("import" in line or "exactspec." in line)
-                               else line for line in text.split("\n")))
+        lines = f.read_text().split("\n")
+        f.write_text("\n".join(imports.sub("exactspec_old", line) if line.lstrip().startswith(("import ", "from "))
+                               else paths.sub("exactspec_old", line) for line in lines))
     sys.path.insert(0, str(tmp))
     return importlib.import_module("exactspec_old")
 

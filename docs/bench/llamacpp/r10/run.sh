@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Round r10 (session 16): the engine's Python per step on llama.cpp, leaner (a session's dense call through
 # Context.decode_rows, a rollback of dense slots in Python, a step's emitted tokens cut, written and counted from
-# Python lists: exactspec.engine.steps.emit). unseen_code13.json was written before anything of the session was
-# changed or measured; the changes were tried on the held-out prompts only.
-# bash docs/bench/llamacpp/r10/run.sh   (from the repository root; about 15 minutes on 2 cores)
+# Python lists: exactspec.engine.steps.emit), and the target-alone baseline's greedy token taken as the plain step
+# takes it. unseen_code13.json was written before anything of the session was changed or measured; the changes
+# were tried on the held-out prompts only.
+# bash docs/bench/llamacpp/r10/run.sh   (from the repository root; about 5 minutes on 2 cores)
+# code-ab-unseen13.json is from a rerun of its line after code_ab.py stopped renaming the GGUF cache's stamp file
+# in the old copy (the first run's old and new codes rebuilt the cached files under each other).
 # With OLD=<a checkout of f62eb79> (the code before) it first times both codes in one process
 # (benchmarks/llamacpp/code_ab.py, interleaved prompt by prompt).
 set -euo pipefail
