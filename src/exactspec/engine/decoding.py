@@ -34,7 +34,7 @@ from exactspec.engine.plainstep import PLAIN_RUN, plain_step, tell_drafter
 from exactspec.speed.stats import GenerationStats
 from exactspec.verification.rules import greedy_verdict, verify
 from exactspec.engine.runargs import _check_causal_lm, run_args
-from exactspec.engine.steps import emit, prefill
+from exactspec.engine.steps import emit, emitted_counts, prefill
 from exactspec.engine.treepolicy import auto_runs_tree, learn_from_chain
 from exactspec.engine.trees import parse_tree, run_tree
 
@@ -286,8 +286,8 @@ class SpeculativeGenerator:
                 # (not for a feature drafter: it reads the target's features of the last forward only)
                 streak = 1 if draft.calls or getattr(drafter, "wants_target_features", False) else \
                     min(policy.plain_streak(), PLAIN_RUN)
-                made, _, step = plain_step(target, spec, pending, Prefixes(ids, mask, out, n_gen, active),
-                                           eos, max_new, stats, streak, first)
+                made, step = plain_step(target, spec, pending, Prefixes(ids, mask, out, n_gen, active),
+                                        eos, max_new, stats, streak, first)
                 done = list(step.finished)  # (the caller may edit its step; the loop reads this after the yield)
                 first = None
                 if made.shape[1] > 1:
@@ -328,10 +328,7 @@ class SpeculativeGenerator:
                 proposed = [d[:a] + [x] for d, a, x in zip(draft.tokens.tolist(), n_l, nxt.tolist())]
                 tokens, flags, counts, done = emit(out, from_draft, n_gen, active, rows, proposed, n_l, eos_ids,
                                                    max_new)
-                # Statistics count what was emitted: an EOS among the accepted drafts ends the row there, and
-                # the drafts after it were neither emitted nor, for the statistics, proposed.
-                stats.record_step([c if c <= a else k for c, a, k in zip(counts, n_l, lengths)],
-                                  [min(c, a) for c, a in zip(counts, n_l)], fed=big_k + 1, row_ids=rows)
+                stats.record_step(*emitted_counts(counts, n_l, lengths), fed=big_k + 1, row_ids=rows)
                 _sync(device)
                 t_spec = time.perf_counter()
                 stats.verify_time += t_spec - t2

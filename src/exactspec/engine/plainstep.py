@@ -40,13 +40,13 @@ PLAIN_SECONDS = 0.1
 
 def plain_step(target, spec: SamplingSpec, pending: torch.Tensor, prefixes: Prefixes, eos: torch.Tensor,
                max_new: int, stats, steps: int = 1, first: torch.Tensor | None = None
-               ) -> tuple[torch.Tensor, torch.Tensor, StreamStep]:
+               ) -> tuple[torch.Tensor, StreamStep]:
     """Feed `pending [B]` to the target session `target`, emit one token per active row into
     `prefixes.out` / `.n_gen`, and count the step in `stats`; `steps` > 1 (a plain streak the policy
     committed to) goes on feeding each new token for up to `steps` steps, ending early when a row finishes
-    or after :data:`PLAIN_SECONDS`, and hands them over as one StreamStep. Returns `(tokens [B, m],
-    done [B] bool, the StreamStep)`: the m <= `steps` tokens of each row, the last one its new pending
-    token. `first [B, 1, V]`: the first step's logits, already computed with `pending` in the cache (the
+    or after :data:`PLAIN_SECONDS`, and hands them over as one StreamStep. Returns `(tokens [B, m], the
+    StreamStep)`: the m <= `steps` tokens of each row, the last one its new pending token (which rows
+    finished: the step's `finished`). `first [B, 1, V]`: the first step's logits, already computed with `pending` in the cache (the
     prefill's, when it decided the first step plain: ``steps.prefill(decide=...)``).
 
     Between two forwards of a streak only the law and the draw run (and an EOS test when there are EOS
@@ -88,7 +88,7 @@ def plain_step(target, spec: SamplingSpec, pending: torch.Tensor, prefixes: Pref
         stats.record_plain(b, rows)
     step = StreamStep(rows=rows, tokens=tokens.tolist(), from_draft=[[False] * m for _ in rows],
                       finished=done.tolist(), gamma=0, drafted=[0] * b)
-    return tokens, done, step
+    return tokens, step
 
 
 def tell_drafter(drafter, accepted: torch.Tensor, made: torch.Tensor, draft) -> None:

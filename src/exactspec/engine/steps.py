@@ -9,7 +9,7 @@ from exactspec.backends.seam import open_session, vocab_size
 from exactspec.engine.drafters import DraftModelDrafter
 from exactspec.engine.promptprior import prompt_evidence, prompt_positions
 
-__all__ = ["emit", "prefill"]
+__all__ = ["emit", "emitted_counts", "prefill"]
 
 
 def emit(out, from_draft, n_gen, active, rows: list[int], proposed: list[list[int]], n: list[int],
@@ -46,6 +46,15 @@ def emit(out, from_draft, n_gen, active, rows: list[int], proposed: list[list[in
     from_draft[idx] = torch.tensor([f for r in flags for f in r], dtype=torch.bool, device=device)
     n_gen[active] = torch.tensor([g + c for g, c in zip(gen, counts)], dtype=n_gen.dtype, device=device)
     return tokens, flags, counts, done
+
+
+def emitted_counts(counts: list[int], n: list[int], drafted: list[int]) -> tuple[list[int], list[int]]:
+    """What a step's statistics count per row (``GenerationStats.record_step``): `(drafted, accepted)`. Row b
+    emitted `counts[b]` tokens of its `n[b]` accepted drafts and the target's own; when an EOS among the accepted
+    drafts ended it (counts <= n), the drafts after it were neither emitted nor, for the statistics, proposed:
+    it drafted and accepted `counts[b]`. Otherwise it drafted `drafted[b]` and accepted `n[b]`."""
+    return ([c if c <= a else d for c, a, d in zip(counts, n, drafted)],
+            [min(c, a) for c, a in zip(counts, n)])
 
 
 def prefill(model, drafter, ids: torch.Tensor, mask: torch.Tensor, lazy: bool = False, policy=None, spec=None,

@@ -243,7 +243,7 @@ def run_tree(gen, ids, mask, max_new, spec, tree, eos, pad, prior_key=()):
     import copy
 
     from exactspec.engine.output import GenerationOutput, StreamStep
-    from exactspec.engine.steps import emit, prefill
+    from exactspec.engine.steps import emit, emitted_counts, prefill
     from exactspec.speed.stats import GenerationStats
 
     device, b = ids.device, ids.shape[0]
@@ -281,8 +281,7 @@ def run_tree(gen, ids, mask, max_new, spec, tree, eos, pad, prior_key=()):
         tokens, flags, count, done = emit(out, from_draft, n_gen, active, rows, proposed, n_l, eos_ids, max_new)
         depth = torch.zeros_like(n) if dtree is None else \
             torch.where(dtree.tokens >= 0, dtree.depth, torch.zeros_like(dtree.depth)).max(1).values
-        stats.record_step([c if c <= a else d for c, a, d in zip(count, n_l, depth.tolist())],
-                          [min(a, c) for c, a in zip(count, n_l)], fed=fed, row_ids=rows)
+        stats.record_step(*emitted_counts(count, n_l, depth.tolist()), fed=fed, row_ids=rows)
         stats.record_tree(n_l, verified_pairs(dtree, path, n),
                           0 if dtree is None else int((dtree.tokens >= 0).sum()))
         stats.gamma_history.append(calls)
