@@ -1,6 +1,6 @@
 """The package's layers import downwards only, lazy imports inside functions included, with no circle.
 
-verification < backends < speed < engine < pairs < deploy < bench < cli (docs/ARCHITECTURE.md): a module may
+verification < backends < speed < engine < pairs < deploy < audit < bench < cli (docs/ARCHITECTURE.md): a module may
 import its own package and the packages below it, never one above. `exactspec/__init__` is the public facade
 and imports lazily from every layer; nothing imports it back for a name (only `exactspec.__version__`).
 """
@@ -12,7 +12,7 @@ import pathlib
 import exactspec
 
 ROOT = pathlib.Path(exactspec.__file__).resolve().parent
-LAYERS = ["verification", "backends", "speed", "engine", "pairs", "deploy", "bench", "cli"]
+LAYERS = ["verification", "backends", "speed", "engine", "pairs", "deploy", "audit", "bench", "cli"]
 
 
 def _module(path: pathlib.Path) -> str:

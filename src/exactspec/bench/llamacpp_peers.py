@@ -1,10 +1,12 @@
 """llama.cpp's own systems, run by the bench beside exactspec on the same GGUF files, prompts and threads.
 
-Three programs of the llama.cpp source that llama-cpp-python 0.3.36 vendors, built once and cached under
-``$EXACTSPEC_CACHE/llamacpp-bin-0.3.36/bin`` by :func:`peer_binaries`. The first build takes about 5 minutes on
-2 cores (measured from an empty cache: 7 s for pip to fetch the 77 MB source archive from PyPI, 3 s to unpack,
-2 s to configure, 241 to 313 s to compile; 326 s in all); the archive is kept in ``$EXACTSPEC_CACHE/llamacpp-src/``
-so a rebuild does not fetch it again. Later calls find the binaries in 0.06 s.
+Three programs of the llama.cpp source that llama-cpp-python 0.3.36 vendors, and its HTTP server, built once and
+cached under ``$EXACTSPEC_CACHE/llamacpp-bin-0.3.36/bin`` by :func:`peer_binaries`. The three programs alone took
+about 5 minutes on 2 cores (measured from an empty cache: 7 s for pip to fetch the 77 MB source archive from
+PyPI, 3 s to unpack, 2 s to configure, 241 to 313 s to compile; 326 s in all). With the server, the compile of
+all four took 575 s, measured while other builds shared the two cores (the three programs were done after
+353 s, the server 222 s later): count on about 10 minutes. The archive is kept in
+``$EXACTSPEC_CACHE/llamacpp-src/`` so a rebuild does not fetch it again. Later calls find the binaries in 0.06 s.
 
 - ``llamacpp-plain`` = ``llama-completion`` (tools/completion, with ``-no-cnv``): plain decoding, the target
   alone. Chosen because it is llama.cpp's own generation loop that honours ``-t``/``-tb``, ``--temp``, ``-n``,
@@ -17,6 +19,9 @@ so a rebuild does not fetch it again. Later calls find the binaries in 0.06 s.
   does: the draft proposes up to N tokens greedily, the target samples each position and keeps a draft token
   only when it equals its own sample (exact only at T = 0: its output distribution at T > 0 is the target's
   only because the draft is greedy, so acceptance is lower than with a p/q rule).
+- ``llamacpp-server`` = ``llama-server`` (tools/server): llama.cpp's HTTP server, for checking a running server
+  from outside (not a peer of the bench: :func:`run_peer` does not run it). Built without its web UI
+  (``-DLLAMA_USE_PREBUILT_UI=OFF``: the build would otherwise try to download the UI's prebuilt assets).
 - ``llamacpp-spec`` = ``llama-speculative``: the multi-draft example that tests p/q on candidate lists (what
   llama.cpp has of a rejection-sampling rule); meant for T > 0. Run with one draft sequence: its tree mode
   (``-np`` > 1) fails in this llama.cpp ("sequence positions remain consecutive" decode errors, 0 accepted;
@@ -53,6 +58,7 @@ VERSION = "0.3.36"
 PEER_KINDS = {"llamacpp-plain": "llama-completion", "llamacpp-spec-simple": "llama-speculative-simple",
               "llamacpp-spec": "llama-speculative"}
 _SHORT = {"plain": "llamacpp-plain", "spec-simple": "llamacpp-spec-simple", "spec": "llamacpp-spec"}
+SERVER = {"llamacpp-server": "llama-server"}  # built and returned with the peers, not run as one
 NAMES = {"llamacpp-plain": "llama.cpp plain (its own binary)", "llamacpp-spec-simple": "llama.cpp speculative-simple",
          "llamacpp-spec": "llama.cpp speculative (p/q, one draft)"}
 
@@ -111,12 +117,12 @@ def _source_archive(say) -> pathlib.Path:
 
 
 def peer_binaries(progress=None) -> dict[str, pathlib.Path]:
-    """`{kind: path}` of the three binaries, built once into the cache (about 5 minutes on 2 cores the first
-    time, see the module docstring; then instant). Needs cmake and a C++ compiler: a :class:`PeerError` saying
-    what to install when missing. `progress(line)` hears each phase."""
+    """`{kind: path}` of the three binaries and of ``"llamacpp-server"`` (llama-server), built once into the
+    cache (about 10 minutes on 2 cores the first time, see the module docstring; then instant). Needs cmake and a
+    C++ compiler: a :class:`PeerError` saying what to install when missing. `progress(line)` hears each phase."""
     say = progress or (lambda line: None)
     out = _bin_dir()
-    have = {k: out / "bin" / name for k, name in PEER_KINDS.items()}
+    have = {k: out / "bin" / name for k, name in {**PEER_KINDS, **SERVER}.items()}
     if all(p.is_file() and os.access(p, os.X_OK) for p in have.values()):
         return have
     for tool, pkg in (("cmake", "cmake"), ("c++", "a C++ compiler (g++ or clang)")):
@@ -139,15 +145,17 @@ def peer_binaries(progress=None) -> dict[str, pathlib.Path]:
         # Static and native, as llama-cpp-python's own build: the same kernels as the library exactspec runs.
         subprocess.run(["cmake", "-S", str(src), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=ON",
                         "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DBUILD_SHARED_LIBS=OFF", "-DLLAMA_BUILD_TESTS=OFF",
-                        "-DLLAMA_BUILD_SERVER=OFF", "-DLLAMA_BUILD_EXAMPLES=ON", "-DLLAMA_BUILD_TOOLS=ON"],
+                        "-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_BUILD_EXAMPLES=ON",
+                        "-DLLAMA_BUILD_TOOLS=ON"],
                        check=True, capture_output=True)
         t0 = time.perf_counter()
-        say(f"llama.cpp peers: compiling {', '.join(PEER_KINDS.values())} (about 5 minutes on 2 cores)")
+        names = [*PEER_KINDS.values(), *SERVER.values()]
+        say(f"llama.cpp peers: compiling {', '.join(names)} (about 10 minutes on 2 cores)")
         subprocess.run(["cmake", "--build", str(build), "-j", str(len(os.sched_getaffinity(0))), "--target",
-                        *PEER_KINDS.values()], check=True, capture_output=True)
+                        *names], check=True, capture_output=True)
         staged = work / "out"
         (staged / "bin").mkdir(parents=True)
-        for name in PEER_KINDS.values():
+        for name in names:
             shutil.copy2(build / "bin" / name, staged / "bin" / name)
         shutil.rmtree(out, ignore_errors=True)
         staged.rename(out)

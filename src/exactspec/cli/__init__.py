@@ -16,7 +16,7 @@ import math
 import re
 import sys
 
-SUBCOMMANDS = ("explain", "speedup", "generate", "demo", "bench", "plan", "profile", "cache")
+SUBCOMMANDS = ("explain", "speedup", "generate", "demo", "bench", "plan", "profile", "audit", "cache")
 
 
 def parse_gamma(value: str):

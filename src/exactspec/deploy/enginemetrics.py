@@ -1,6 +1,8 @@
-"""vLLM's speculative-decoding counters, read from its Prometheus endpoint (or a saved scrape).
+"""The speculative-decoding counters of vLLM and llama.cpp's server, read from their Prometheus endpoint (or a
+saved scrape).
 
-vLLM (v1 engine) exports, per ``model_name`` and ``engine`` (one per data-parallel rank):
+vLLM (v1 engine) exports, per ``model_name`` and ``engine`` (one per data-parallel rank), and llama.cpp's server
+(``--metrics``) the same schema under ``llamacpp:spec_decode_*`` (without labels):
 
 - ``vllm:spec_decode_num_drafts_total``: drafts proposed (steps that drafted),
 - ``vllm:spec_decode_num_draft_tokens_total``: draft tokens proposed,
@@ -21,6 +23,7 @@ from dataclasses import dataclass, field
 __all__ = ["SpecCounters", "read_metrics", "parse_spec_counters", "summarize", "extrapolate"]
 
 PREFIX = "vllm:spec_decode_"
+PREFIXES = (PREFIX, "llamacpp:spec_decode_")
 NAMES = {"drafts": "num_drafts_total", "draft_tokens": "num_draft_tokens_total",
          "accepted": "num_accepted_tokens_total", "per_pos": "num_accepted_tokens_per_pos_total"}
 
@@ -52,27 +55,28 @@ class SpecCounters:
                             self.accepted - earlier.accepted, [v - o for v, o in zip(now, before)])
 
 
-def read_metrics(source: str, timeout: float = 5.0) -> str:
-    """The Prometheus text at an http(s) URL or in a file."""
+def read_metrics(source: str, timeout: float = 5.0, option: str = "--vllm-metrics") -> str:
+    """The Prometheus text at an http(s) URL or in a file (errors name `option`)."""
     if source.startswith(("http://", "https://")):
         try:
             with urllib.request.urlopen(source, timeout=timeout) as resp:
                 return resp.read().decode("utf-8", errors="replace")
         except (urllib.error.URLError, OSError, ValueError) as exc:
             reason = getattr(exc, "reason", exc)
-            raise ValueError(f"cannot scrape --vllm-metrics {source!r}: {reason}") from None
+            raise ValueError(f"cannot scrape {option} {source!r}: {reason}") from None
     try:
         with open(source, encoding="utf-8") as fh:
             return fh.read()
     except OSError as exc:
-        raise ValueError(f"cannot read --vllm-metrics {source!r}: {exc.strerror or exc}") from None
+        raise ValueError(f"cannot read {option} {source!r}: {exc.strerror or exc}") from None
 
 
 def parse_spec_counters(text: str, model_name: str | None = None) -> SpecCounters:
-    """The counters of one model (``model_name``, or the only one present), summed over engines."""
+    """The counters of one model (``model_name``, or the only one present), summed over engines; vLLM's names or
+    llama.cpp's."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    wanted = {PREFIX + v: k for k, v in NAMES.items()}
+    wanted = {pre + v: k for pre in PREFIXES for k, v in NAMES.items()}
     found: dict[str, SpecCounters] = {}
     try:
         for family in text_string_to_metric_families(text):
@@ -91,8 +95,8 @@ def parse_spec_counters(text: str, model_name: str | None = None) -> SpecCounter
     except ValueError as exc:
         raise ValueError(f"--vllm-metrics is not Prometheus text: {exc}") from None
     if not found:
-        raise ValueError("the scrape has no speculative-decoding metrics (vllm:spec_decode_*): is "
-                         "speculative decoding enabled on this server?")
+        raise ValueError("the scrape has no speculative-decoding metrics (vllm:spec_decode_* or "
+                         "llamacpp:spec_decode_*): is speculative decoding enabled on this server?")
     if model_name is not None:
         if model_name not in found:
             raise ValueError(f"--model-name {model_name!r} not in the scrape (models: {sorted(found)})")

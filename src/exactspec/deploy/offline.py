@@ -161,6 +161,14 @@ class OfflineAcceptance:
         return Replay(gamma, drafted, accepted, lengths, steps, self.tokens)
 
 
+def rows_from_text(w: list, alpha: list, max_gamma: int) -> list[_Row]:
+    """Rows for :class:`OfflineAcceptance` from per-text arrays: ``w[r] [n_r]``, the weight of the text's token at
+    each written position (module docstring), and ``alpha[r] [n_r]``, the acceptance expected there; for texts
+    some other sampler wrote (an engine's, in ``exactspec audit``) under a rule of the caller's choosing."""
+    return [_Row(_windows(np.asarray(a_w, float), max_gamma), _windows(np.asarray(a_a, float), max_gamma),
+                 np.full(len(a_w), max_gamma)) for a_w, a_a in zip(w, alpha)]
+
+
 # ------------------------------------------------------------------------------------------ measuring
 def measure_acceptance(target, tokenizer, prompts: list[str], *, draft=None, prompt_lookup: bool = False,
                        max_new_tokens: int = 64, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,

@@ -1,0 +1,190 @@
+"""A small HTTP server the tests own: it samples from a known law, right or wrong in small, known ways, and speaks
+vLLM's or llama.cpp's dialect, so `exactspec audit` is tested against a real process over real HTTP.
+
+    python tests/_law_server.py --target DIR [--draft DIR --gamma G] [--fault F] [--dialect vllm|llamacpp]
+
+prints ``PORT <n>`` once it listens on 127.0.0.1. Its law is written here, apart from exactspec's
+(`exactspec.audit.laws`): softmax(logits / T) in float64 with top-k / top-p through transformers-order filters.
+With ``--draft`` it decodes speculatively by the token rule, written here too: draft tokens sampled from q, each
+kept with min(1, p/q), the first rejection resampled from norm(max(0, p − q)), a bonus token from p.
+
+Faults (``--fault``): ``temperature:F`` samples at T·F; ``move:D`` moves D of the probability from the likeliest
+token to the second at every position; ``bonus-q`` draws the bonus token from q instead of p (speculative only);
+``greedy-flip`` returns the second-best token at the third position under T = 0; ``no-ids`` leaves the token ids
+out of its answers; ``no-metrics`` has no /metrics page.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import torch
+from prometheus_client import CollectorRegistry, Counter, generate_latest
+from transformers import AutoModelForCausalLM
+
+torch.set_num_threads(1)
+
+
+class Sampler:
+    def __init__(self, target, draft, gamma: int, fault: str, banned: list[int]):
+        self.target, self.draft, self.gamma, self.fault, self.banned = target, draft, gamma, fault, banned
+        self.lock = threading.Lock()  # one forward at a time: torch on one thread, the tests' server is small
+
+    def logits(self, model, ids: list[int], last: int = 1) -> torch.Tensor:  # [last, V] float64
+        with torch.no_grad():
+            return model(input_ids=torch.tensor([ids])).logits[0, -last:].double()
+
+    def law(self, z: torch.Tensor, body: dict, ignore_eos_bans: bool) -> torch.Tensor:  # [V] -> [V] float64
+        z = z.clone()
+        if ignore_eos_bans and body.get("ignore_eos"):
+            z[self.banned] = -float("inf")
+        t = float(body.get("temperature", 1.0))
+        if t == 0:
+            out = torch.zeros_like(z)
+            out[int(z.argmax())] = 1.0
+            return out
+        if self.fault.startswith("temperature:"):
+            t *= float(self.fault.split(":")[1])
+        p = torch.softmax(z / t, -1)
+        k = int(body.get("top_k", 0) or 0)
+        if k > 0:
+            p = torch.where(p >= p.topk(k).values[-1], p, 0.0)
+            p = p / p.sum()
+        top_p = float(body.get("top_p", 1.0))
+        if top_p < 1.0:
+            sp, order = p.sort(descending=True)
+            keep = (sp.cumsum(0) - sp) < top_p
+            mask = torch.zeros_like(p, dtype=torch.bool)
+            mask[order[keep]] = True
+            p = torch.where(mask, p, 0.0)
+            p = p / p.sum()
+        if self.fault.startswith("move:"):
+            d = float(self.fault.split(":")[1])
+            a, b = p.topk(2).indices.tolist()
+            moved = min(d, float(p[a]))
+            p = p.clone()
+            p[a] -= moved
+            p[b] += moved
+        return p
+
+    def complete(self, prompt: list[int], n: int, body: dict, llamacpp: bool, counters) -> list[int]:
+        seed = body.get("seed")
+        g = torch.Generator().manual_seed(int(seed)) if seed is not None else torch.Generator().manual_seed(
+            int(torch.randint(0, 2 ** 62, ()).item()))
+        with self.lock:
+            if self.draft is None or float(body.get("temperature", 1.0)) == 0:
+                return self._plain(prompt, n, body, llamacpp, g)
+            return self._speculative(prompt, n, body, llamacpp, g, counters)
+
+    def _plain(self, prompt, n, body, llamacpp, g) -> list[int]:
+        out = []
+        for k in range(n):
+            z = self.logits(self.target, prompt + out)[0]
+            x = int(torch.multinomial(self.law(z, body, llamacpp), 1, generator=g))
+            if self.fault == "greedy-flip" and float(body.get("temperature", 1.0)) == 0 and k == 2:
+                x = int(z.topk(2).indices[1])  # the target's second choice
+            out.append(x)
+        return out
+
+    def _speculative(self, prompt, n, body, llamacpp, g, counters) -> list[int]:
+        out = []
+        while len(out) < n:
+            drafts, qs = [], []
+            for _ in range(self.gamma):  # the draft proposes gamma tokens sampled from q
+                q = self.law(self.logits(self.draft, prompt + out + drafts)[0], body, llamacpp)
+                drafts.append(int(torch.multinomial(q, 1, generator=g)))
+                qs.append(q)
+            z = self.logits(self.target, prompt + out + drafts, self.gamma + 1)  # one target pass: [gamma + 1, V]
+            accepted = 0
+            for i, x in enumerate(drafts):  # the token rule, position by position
+                p = self.law(z[i], body, llamacpp)
+                if torch.rand((), generator=g, dtype=torch.float64) < min(1.0, float(p[x] / qs[i][x])):
+                    accepted += 1
+                    continue
+                residual = torch.clamp(p - qs[i], min=0.0)
+                drafts = drafts[:i] + [int(torch.multinomial(residual / residual.sum(), 1, generator=g))]
+                break
+            else:  # all kept: a bonus token from p (from q under the fault)
+                last = self.logits(self.draft, prompt + out + drafts)[0] if self.fault == "bonus-q" else z[-1]
+                law = self.law(last, body, llamacpp)
+                drafts.append(int(torch.multinomial(law, 1, generator=g)))
+            counters["drafts"].inc()
+            counters["draft_tokens"].inc(self.gamma)
+            counters["accepted"].inc(accepted)
+            for i in range(accepted):
+                counters["per_pos"].labels(position=str(i)).inc()
+            out += drafts
+        return out[:n]
+
+
+def serve(args) -> None:
+    target = AutoModelForCausalLM.from_pretrained(args.target, dtype=torch.float64).eval()
+    draft = AutoModelForCausalLM.from_pretrained(args.draft, dtype=torch.float64).eval() if args.draft else None
+    eos = target.config.eos_token_id
+    sampler = Sampler(target, draft, args.gamma, args.fault, [eos] if isinstance(eos, int) else list(eos or []))
+    llamacpp = args.dialect == "llamacpp"
+    prefix = "llamacpp:spec_decode_" if llamacpp else "vllm:spec_decode_"
+    registry = CollectorRegistry()
+    counters = {"drafts": Counter(prefix + "num_drafts", "drafts", registry=registry),
+                "draft_tokens": Counter(prefix + "num_draft_tokens", "draft tokens", registry=registry),
+                "accepted": Counter(prefix + "num_accepted_tokens", "accepted", registry=registry),
+                "per_pos": Counter(prefix + "num_accepted_tokens_per_pos", "per position", ["position"],
+                                   registry=registry)}
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def _send(self, code: int, obj, text: bool = False):
+            data = obj.encode() if text else json.dumps(obj).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "text/plain" if text else "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self):
+            if self.path == "/v1/models":
+                return self._send(200, {"data": [{"id": args.name, "owned_by": "llamacpp" if llamacpp else "vllm"}]})
+            if self.path == "/version" and not llamacpp:
+                return self._send(200, {"version": "0.0-tests"})
+            if self.path == "/props" and llamacpp:
+                return self._send(200, {"default_generation_settings": {"n_ctx": 128}})
+            if self.path == "/metrics" and args.fault != "no-metrics":
+                return self._send(200, generate_latest(registry).decode(), text=True)
+            return self._send(404, {"error": "not found"})
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+            path = "/completion" if llamacpp else "/v1/completions"
+            if self.path != path:
+                return self._send(404, {"error": {"message": "not found"}})
+            prompt = body.get("prompt")
+            if not isinstance(prompt, list):
+                return self._send(400, {"error": {"message": "prompt must be token ids"}})
+            n = int(body.get("n_predict" if llamacpp else "max_tokens", 16))
+            ids = sampler.complete(prompt, n, body, llamacpp, counters)
+            if args.fault == "no-ids":
+                return self._send(200, {"content": "text"} if llamacpp else {"choices": [{"text": "text"}]})
+            return self._send(200, {"tokens": ids, "content": ""} if llamacpp else
+                              {"choices": [{"text": "", "token_ids": ids}]})
+
+    server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
+    print(f"PORT {server.server_address[1]}", flush=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--target", required=True)
+    ap.add_argument("--draft")
+    ap.add_argument("--gamma", type=int, default=3)
+    ap.add_argument("--fault", default="none")
+    ap.add_argument("--dialect", choices=("vllm", "llamacpp"), default="vllm")
+    ap.add_argument("--name", default="tiny")
+    ap.add_argument("--port", type=int, default=0)
+    serve(ap.parse_args())
+    sys.exit(0)
