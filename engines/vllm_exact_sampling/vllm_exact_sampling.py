@@ -40,7 +40,8 @@ def _expand_kernel_exact(
     cu_num_tokens,  # [batch_size], int32: inclusive cumulative draft-token counts
     replace_from,  # a value of input_val to replace (GREEDY_TEMPERATURE = 0 for temperature)
     replace_to,  # its replacement (1 for temperature, so greedy rows do not divide by 0)
-    MAX_NUM_TOKENS=None,  # Triton block size (MAX_SPEC_LEN = 128); every request has fewer drafts
+    MAX_NUM_TOKENS=None,  # Triton block size (MAX_SPEC_LEN = 128); unused: RejectionSampler.forward
+    # asserts max_spec_len <= MAX_SPEC_LEN, so no request has more draft positions than this
 ):
     """output[cu[i-1]:cu[i]] = input_val[i] (replace_from -> replace_to), like the Triton ``expand_kernel``."""
     import torch
@@ -52,8 +53,6 @@ def _expand_kernel_exact(
 
     cu = cu_num_tokens.to(torch.int64)
     counts = torch.diff(cu, prepend=cu.new_zeros(1))  # [batch_size] draft tokens per request
-    if MAX_NUM_TOKENS is not None:
-        counts = counts.clamp(max=MAX_NUM_TOKENS)  # the Triton kernel stores at most this many
     if input_val.numel() == 0:
         return
     values = torch.where(

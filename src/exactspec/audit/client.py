@@ -14,6 +14,9 @@ from exactspec.audit.engines import NO_IDS, Dialect
 from exactspec.audit.laws import Settings
 
 
+PROGRESS_EVERY = 2.0  # seconds between progress lines
+
+
 @dataclass(frozen=True)
 class Job:
     prompt: int  # index into the prompts
@@ -109,8 +112,7 @@ def sample(server: Server, dialect: Dialect, model: str | None, prompts: list[li
            jobs: list[Job], max_tokens: int, concurrency: int, progress=None) -> Sampled:
     """Send every job, ``concurrency`` at a time; the first error (the server refused, returned no ids) stops all."""
     out = Sampled(asked=len(jobs))
-    t0 = time.perf_counter()
-    every = max(1, len(jobs) // 20)
+    t0 = last = time.perf_counter()
 
     def one(job: Job) -> list[int]:
         body = dialect.request(model, prompts[job.prompt], max_tokens, settings[job.setting], job.seed)
@@ -125,8 +127,10 @@ def sample(server: Server, dialect: Dialect, model: str | None, prompts: list[li
         for fut in cf.as_completed(futures):
             out.tokens.append(fut.result())
             out.jobs.append(futures[fut])
-            if progress is not None and (len(out.jobs) % every == 0 or len(out.jobs) == len(jobs)):
-                progress.unit(f"samples ({len(out.jobs) * max_tokens} tokens)", len(out.jobs))
+            now = time.perf_counter()
+            if progress is not None and (now - last >= PROGRESS_EVERY or len(out.jobs) == len(jobs)):
+                progress.unit(f"samples ({sum(map(len, out.tokens))} tokens)", len(out.jobs))
+                last = now
     except KeyboardInterrupt:
         out.interrupted = True
     except BaseException:

@@ -6,9 +6,11 @@ counters it keeps.
   ``return_token_ids: true``; the ids come back in ``choices[0].token_ids``. ``GET /version`` answers
   ``{"version": ...}``. Counters ``vllm:spec_decode_*`` on ``/metrics``.
 - llama.cpp's server: ``POST /completion`` with ``prompt`` a list of ids and ``return_tokens: true``; the ids come
-  back in ``tokens``. ``GET /props`` answers with ``default_generation_settings``. Counters
-  ``llamacpp:spec_decode_*`` on ``/metrics`` (with ``--metrics``). Its default sampler is not the plain law (top-k
-  40, top-p 0.95, min-p 0.05, penalties, DRY, XTC...): every one of them is sent explicitly.
+  back in ``tokens`` (a token-id prompt is used as it is, no BOS added). ``GET /props`` answers with
+  ``default_generation_settings``. Counters ``llamacpp:spec_decode_*`` on ``/metrics`` (with ``--metrics``). Its
+  default sampler is not the plain law (top-k 40, top-p 0.95, min-p 0.05, temperature 0.8, and a GGUF file may set
+  others through its ``general.sampling.*`` keys): every setting of its chain is sent explicitly
+  (``common/sampling.cpp``, ``tools/server``).
 """
 from __future__ import annotations
 
@@ -43,6 +45,7 @@ class Dialect:
                 "top_p": s.top_p, "min_p": s.min_p, "typical_p": 1.0, "repeat_penalty": s.repetition_penalty,
                 "repeat_last_n": REPEAT_LAST_N, "presence_penalty": 0.0, "frequency_penalty": 0.0,
                 "dry_multiplier": 0.0, "xtc_probability": 0.0, "top_n_sigma": -1.0, "mirostat": 0,
+                "dynatemp_range": 0.0,
                 "seed": seed, "ignore_eos": True, "return_tokens": True, "cache_prompt": True, "stream": False}
 
     def tokens(self, body: dict) -> list[int] | None:

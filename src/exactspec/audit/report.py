@@ -15,8 +15,8 @@ def public(report: dict) -> dict:
 def markdown(r: dict) -> str:
     lines = [f"# exactspec audit: {r['verdict']}", "",
              f"{r['engine']} at {r['url']} (serving {r.get('served_model') or '?'}), against --target {r['target']}; "
-             f"settings {', '.join(r['settings'])}; {r['prompts']} prompts × {r['samples']} samples "
-             f"({r['samples_asked']} asked{', interrupted' if r['partial'] else ''}) × {r['max_tokens']} tokens.", ""]
+             f"settings {', '.join(r['settings'])}; {r['samples']} samples over {r['prompts']} prompts "
+             f"({r['samples_asked']} asked{', interrupted' if r['partial'] else ''}), {r['max_tokens']} tokens each.", ""]
     if r.get("greedy_equal") is not None:
         lines.append(f"- greedy: the engine's tokens {'equal' if r['greedy_equal'] else 'differ from'} the target's "
                      f"argmax ({r['tokens_tested']} tokens; {r.get('greedy_mismatch_count', 0)} sequences differ)")

@@ -53,6 +53,9 @@ class Models:
 
     def __init__(self, target: str, draft: str | None):
         import torch
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # the audit's own progress lines say what is loading
 
         from exactspec.pairs.load import PAIRS, load_pair
         from exactspec.pairs.stdlib import load_pair as load_paths
@@ -333,7 +336,8 @@ def _acceptance(cfg, engine, models, tally, before, after) -> dict | None:
         counters = None
     if tally is None:
         return {"engine": counters} if counters else None
-    gamma = cfg.gamma or (round(counters["gamma_in_use"]) if counters and counters["gamma_in_use"] else 4)
+    # the configured draft length: both engines keep one per-position counter per draft position
+    gamma = cfg.gamma or (len(counters["per_position_acceptance"]) if counters else 4)
     cost = cfg.draft_cost if cfg.draft_cost is not None else _param_ratio(models)
     return compare(tally, engine, cfg.draft_method, gamma, cost, counters)
 
