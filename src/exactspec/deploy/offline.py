@@ -92,6 +92,7 @@ class _Row:
     block_ea: np.ndarray | None = None  # [n, K] E[A_i | prefix]
     rank_num: np.ndarray | None = None  # [n, ranks] tree siblings (exactspec.deploy.offlinetrees.rank_terms)
     rank_den: np.ndarray | None = None
+    engine: dict | None = None  # what the engines' rules need (exactspec.deploy.enginerules.RowTerms)
 
     @property
     def n(self) -> int:
@@ -173,13 +174,16 @@ def rows_from_text(w: list, alpha: list, max_gamma: int) -> list[_Row]:
 def measure_acceptance(target, tokenizer, prompts: list[str], *, draft=None, prompt_lookup: bool = False,
                        max_new_tokens: int = 64, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
                        max_gamma: int = 8, ngram: int = 3, seed: int = 0, batch_size: int = 8,
-                       stop_at_eos: bool = True, tree_ranks: int = 0, tree_draws: int = 16) -> OfflineAcceptance:
+                       stop_at_eos: bool = True, tree_ranks: int = 0, tree_draws: int = 16,
+                       row_terms=None) -> OfflineAcceptance:
     """Write continuations with the target, then measure acceptance with one teacher-forced pass per batch.
 
     ``draft`` (a causal LM sharing the tokenizer) or ``prompt_lookup=True``. Temperature 0 is greedy.
     ``stop_at_eos=False`` writes exactly ``max_new_tokens`` per prompt, EOS an ordinary token (as
     ``generate(eos_token_id=[])`` does). ``tree_ranks`` (draft model only): also measure tree siblings of
     ranks 0..tree_ranks-1 (:mod:`exactspec.deploy.offlinetrees`; sampled: ``tree_draws`` seeded draws per position).
+    ``row_terms(p, q_logits, x, prompt_ids, continuation)``: what else to keep per text (``_Row.engine``; the
+    engines' rules, :class:`exactspec.deploy.enginerules.RowTerms`).
     """
     from exactspec.engine.drafters import PromptLookupDrafter, SamplingSpec
 
@@ -207,7 +211,7 @@ def measure_acceptance(target, tokenizer, prompts: list[str], *, draft=None, pro
         conts = _write(target, tokenizer, enc, max_new_tokens, spec, seed + i, stop_at_eos)
         texts += conts
         trees = (tree_ranks, tree_draws, torch.Generator().manual_seed(seed + i)) if tree_ranks else None
-        rows += _teacher_forced(target, draft, enc, conts, spec, max_gamma, lookup, trees)
+        rows += _teacher_forced(target, draft, enc, conts, spec, max_gamma, lookup, trees, row_terms)
     return OfflineAcceptance(greedy, "prompt_lookup" if prompt_lookup else "draft_model", max_gamma, rows, texts)
 
 
@@ -297,7 +301,7 @@ def _logits(model, ids, mask, keep: int) -> torch.Tensor:
     return out.logits[:, -keep:].float().cpu()
 
 
-def _teacher_forced(target, draft, enc, conts, spec, max_gamma: int, lookup, trees=None):
+def _teacher_forced(target, draft, enc, conts, spec, max_gamma: int, lookup, trees=None, row_terms=None):
     """Per row, a :class:`_Row` (sampled with a draft model: with block verification's A_i)."""
     full = [e + c for e, c in zip(enc, conts)]
     ids, mask = _pad(full, 0, left=False)
@@ -328,6 +332,8 @@ def _teacher_forced(target, draft, enc, conts, spec, max_gamma: int, lookup, tre
             rows.append(row)
         else:
             rows.append(_lookup_row(p, x, prompt, cont, max_gamma, lookup))
+        if row_terms is not None:
+            rows[-1].engine = row_terms(p, None if lookup else q_logits[b, sl], x, prompt, cont)
     return rows
 
 
