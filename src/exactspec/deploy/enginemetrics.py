@@ -37,6 +37,7 @@ class SpecCounters:
     draft_tokens: float = 0.0
     accepted: float = 0.0
     per_pos: list[float] = field(default_factory=list)  # index i: position i (0-based)
+    engine: str = "vllm"  # whose names they carry: "vllm" or "llamacpp"
 
     def minus(self, earlier: "SpecCounters") -> "SpecCounters":
         """The increments since `earlier`; a counter that went down means the engine restarted."""
@@ -49,10 +50,10 @@ class SpecCounters:
         checks += [(f'num_accepted_tokens_per_pos{{position="{i}"}}', v, o) for i, (v, o) in enumerate(zip(now, before))]
         for name, v, o in checks:
             if v < o:
-                raise ValueError(f"counter vllm:spec_decode_{name} went backwards ({o:g} -> {v:g}): the engine "
+                raise ValueError(f"counter {self.engine}:spec_decode_{name} went backwards ({o:g} -> {v:g}): the engine "
                                  "restarted; start watching again")
         return SpecCounters(self.model_name, self.drafts - earlier.drafts, self.draft_tokens - earlier.draft_tokens,
-                            self.accepted - earlier.accepted, [v - o for v, o in zip(now, before)])
+                            self.accepted - earlier.accepted, [v - o for v, o in zip(now, before)], self.engine)
 
 
 def read_metrics(source: str, timeout: float = 5.0, option: str = "--vllm-metrics") -> str:
@@ -86,6 +87,7 @@ def parse_spec_counters(text: str, model_name: str | None = None) -> SpecCounter
                     continue
                 model = s.labels.get("model_name", "")
                 c = found.setdefault(model, SpecCounters(model or None))
+                c.engine = "llamacpp" if s.name.startswith("llamacpp:") else "vllm"
                 if key == "per_pos":
                     i = _position(s.labels.get("position"))
                     c.per_pos += [0.0] * (i + 1 - len(c.per_pos))
@@ -93,7 +95,7 @@ def parse_spec_counters(text: str, model_name: str | None = None) -> SpecCounter
                 else:
                     setattr(c, key, getattr(c, key) + s.value)
     except ValueError as exc:
-        raise ValueError(f"--vllm-metrics is not Prometheus text: {exc}") from None
+        raise ValueError(f"the metrics scrape is not Prometheus text: {exc}") from None
     if not found:
         raise ValueError("the scrape has no speculative-decoding metrics (vllm:spec_decode_* or "
                          "llamacpp:spec_decode_*): is speculative decoding enabled on this server?")
@@ -130,6 +132,7 @@ def summarize(c: SpecCounters) -> dict:
         cond.append(r / prev if prev > 0 else 0.0)
         prev = r
     return {
+        "engine": c.engine,
         "model_name": c.model_name,
         "num_drafts": d, "num_draft_tokens": c.draft_tokens, "num_accepted_tokens": c.accepted,
         "accepted_per_position_per_draft": reach,

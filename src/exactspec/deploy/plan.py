@@ -14,7 +14,7 @@ from typing import Callable
 
 from exactspec.speed.speedup import expected_tokens, mixed_length_speedup, speedup_limit
 
-__all__ = ["plan_rows", "best_row", "engine_configs", "build_plan"]
+__all__ = ["plan_rows", "best_row", "engine_configs", "build_plan", "plan_replays"]
 
 Curve = Callable[[int], tuple]
 
@@ -104,6 +104,7 @@ def build_plan(curve: Curve, costs: list[tuple[int, object]], max_gamma: int, *,
     head = by_batch[0]
     top = {k: head.get(k) for k in ("recommended_gamma", "predicted_speedup", "speculation_helps", "limit",
                                     "rows", "vllm", "sglang", "hf", "exactspec")}
+    top |= {k: head[k] for k in ("llamacpp",) if k in head}  # an engine plan's config for llama.cpp's server
     return top | {"batch_size": head["batch_size"], "by_batch_size": by_batch}
 
 
@@ -114,9 +115,9 @@ def plan_offline(acc, costs: list[tuple[int, object]], configs: Callable[[int], 
     too (``block``); measured with ``tree_ranks``, so are token trees of at most ``tree_nodes`` nodes (``tree``,
     :mod:`exactspec.deploy.offlinetrees`). exactspec's config takes whichever predicts most; the engines' configs
     stay chains verified by the token rule, which is what they run."""
-    out = _plan_replays(acc, "token", costs, configs)
+    out = plan_replays(acc, "token", costs, configs)
     if acc.block_differs:
-        block = _plan_replays(acc, "block", costs, lambda g: {
+        block = plan_replays(acc, "block", costs, lambda g: {
             "exactspec": configs(g)["exactspec"] | {"method": "block"}})
         out["block"] = {k: block[k] for k in ("per_position_acceptance", "acceptance_rate",
                                               "mean_acceptance_length", "recommended_gamma",
@@ -153,8 +154,11 @@ def _plan_tree(acc, out: dict, costs, configs, tree_nodes: int) -> dict:
     return tree
 
 
-def _plan_replays(acc, method: str, costs, configs) -> dict:
-    replays = {g: acc.replay(g, method) for g in range(1, acc.max_gamma + 1)}
+def plan_replays(acc, method: str, costs, configs, replays: dict | None = None, engine_tokens: bool = False) -> dict:
+    """The plan of one rule's replays (``{gamma: Replay}``; default: ``acc.replay(gamma, method)``). With
+    ``engine_tokens`` a row's ``expected_tokens`` is an engine's tokens per step as its counters give it,
+    1 + accepted / drafts (steps that drafted nothing left out)."""
+    replays = replays or {g: acc.replay(g, method) for g in range(1, acc.max_gamma + 1)}
 
     def curve(g):
         r = replays[g]
@@ -164,7 +168,8 @@ def _plan_replays(acc, method: str, costs, configs) -> dict:
         r = replays[g]
         return {"per_position_acceptance": r.per_position_acceptance, "acceptance_rate": r.acceptance_rate,
                 "mean_acceptance_length": r.mean_acceptance_length,
-                "length_counts": [float(c) for c in r.length_counts]}
+                "length_counts": [float(c) for c in r.length_counts]} | (
+                    {"expected_tokens": r.mean_acceptance_length} if engine_tokens else {})
 
     full = replays[acc.max_gamma].per_position_acceptance or [0.0]
     out = build_plan(curve, costs, acc.max_gamma, limit_alpha=full, configs=configs, extra=extra)
@@ -175,7 +180,8 @@ def _plan_replays(acc, method: str, costs, configs) -> dict:
 
 def plan_from_counters(summary: dict, costs: list[tuple[int, object]], max_gamma: int) -> dict:
     """The plan from an engine's counters (:func:`exactspec.deploy.enginemetrics.summarize`): rates beyond the
-    observed positions are extrapolated conservatively (:func:`~exactspec.deploy.enginemetrics.extrapolate`)."""
+    observed positions are extrapolated conservatively (:func:`~exactspec.deploy.enginemetrics.extrapolate`).
+    llama.cpp's counters get llama.cpp's flag only; vLLM's, vLLM's and the other configs as before."""
     from exactspec.deploy.enginemetrics import extrapolate
 
     cond = summary["per_position_acceptance"]
@@ -185,6 +191,8 @@ def plan_from_counters(summary: dict, costs: list[tuple[int, object]], max_gamma
         return extrapolate(cond, g)[0], [0] * g + [1]
 
     def configs(g):
+        if summary.get("engine") == "llamacpp":
+            return {"llamacpp": ["--spec-draft-n-max", str(g)]}
         return {"vllm": {"num_speculative_tokens": g},
                 "sglang": ["--speculative-num-steps", str(g), "--speculative-eagle-topk", "1",
                            "--speculative-num-draft-tokens", str(g + 1)],
@@ -192,6 +200,8 @@ def plan_from_counters(summary: dict, costs: list[tuple[int, object]], max_gamma
                 "exactspec": {"gamma": g}}
 
     out = build_plan(curve, costs, top_gamma, limit_alpha=extrapolate(cond, top_gamma)[0], configs=configs)
+    if summary.get("engine") == "llamacpp":  # llama.cpp's counters: llama.cpp's flag only
+        out = {k: v for k, v in out.items() if k not in ("vllm", "sglang", "hf", "exactspec")}
     notes = []
     note = extrapolate(cond, top_gamma)[1]
     if note:
