@@ -1,8 +1,10 @@
-"""`exactspec plan`: plan a deployment offline, or read a vLLM server's live speculative-decoding counters.
+"""`exactspec plan`: plan a deployment offline, or read a vLLM or llama.cpp server's speculative-decoding counters.
 
 Offline: the target writes continuations of your prompts, one teacher-forced pass of target and draft
 measures the acceptance (exactspec.deploy.offline), and the cost (a profile from `exactspec profile`, or the
-paper's scalar c) prices every gamma (exactspec.deploy.plan). Live: `--vllm-metrics URL|FILE` (exactspec.deploy.enginemetrics).
+paper's scalar c) prices every gamma (exactspec.deploy.plan). `--engine vllm|llamacpp|sglang` replays that
+engine's own drafting and verification rule instead and prints only its config (exactspec.deploy.engineplan).
+Live: `--metrics URL|FILE` (alias `--vllm-metrics`; exactspec.deploy.enginemetrics).
 """
 from __future__ import annotations
 
@@ -10,13 +12,15 @@ import json
 import math
 import time
 
-from exactspec.cli import pair
+from exactspec.cli import integer, pair, real
 from exactspec.cli.backend import add_backend, backend_for
+from exactspec.cli.planview import emit as _emit
 
+ENGINES = ("exactspec", "vllm", "llamacpp", "sglang")
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("plan", help="plan gamma, speedup and vLLM/SGLang configs; or read vLLM's metrics",
+    p = subparsers.add_parser("plan", help="plan gamma, speedup and engine configs; or read an engine's metrics",
                               description=__doc__)
     src = p.add_argument_group("offline")
     src.add_argument("--target", metavar="PATH", help="target model (local path or local HF cache)")
@@ -26,7 +30,8 @@ def register(subparsers) -> None:
     src.add_argument("--prompt-lookup", action="store_true", help="plan n-gram prompt lookup (no draft model)")
     src.add_argument("--ngram", type=int, default=3, help="longest n-gram prompt lookup matches (default 3)")
     src.add_argument("--prompts", metavar="FILE",
-                     help="prompts: blank-line-separated text blocks, a JSON list, or JSONL with a 'prompt' field")
+                     help="prompts: blank-line-separated text blocks, a JSON list, JSONL with a 'prompt' field, "
+                          "or Spec-Bench's question.jsonl (first turn; acceptance reported per 'category')")
     src.add_argument("--max-new-tokens", type=int, default=64)
     src.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     src.add_argument("--top-k", type=int, default=0)
@@ -34,8 +39,23 @@ def register(subparsers) -> None:
     src.add_argument("--seed", type=int, default=0)
     add_backend(src)
     src.add_argument("--threads", type=int, default=None, help="threads of llama.cpp (default: every core)")
-    live = p.add_argument_group("live (vLLM)")
-    live.add_argument("--vllm-metrics", metavar="URL|FILE", help="vLLM's /metrics URL, or a saved scrape")
+    eng = p.add_argument_group("engine")
+    eng.add_argument("--engine", choices=ENGINES, default="exactspec",
+                     help="plan with this engine's own drafting and verification rule and print only its config "
+                          "(default exactspec: exactspec's rules and every config)")
+    eng.add_argument("--draft-sample-method", choices=("greedy", "probabilistic"),
+                     help="vLLM's draft_sample_method to plan (default: both, the better one recommended)")
+    eng.add_argument("--spec-draft-n-min", type=integer(0), metavar="N",
+                     help="llama.cpp: drafts shorter than N are dropped (default 0, the server's)")
+    eng.add_argument("--spec-draft-p-min", type=real(0, 1), metavar="P",
+                     help="llama.cpp: drafting stops below this top-10 draft probability (default 0, the server's)")
+    eng.add_argument("--audit", metavar="FILE", help="an `exactspec audit --json` report: its verdict beside the config")
+    eng.add_argument("--context", type=integer(1), default=4096, metavar="N",
+                     help="tokens per slot for the draft's KV-cache estimate (default 4096)")
+    live = p.add_argument_group("live (vLLM or llama.cpp's server)")
+    live.add_argument("--metrics", metavar="URL|FILE",
+                      help="the server's /metrics URL, or a saved scrape (vllm:spec_decode_* or llamacpp:spec_decode_*)")
+    live.add_argument("--vllm-metrics", metavar="URL|FILE", help="alias of --metrics")
     live.add_argument("--model-name", help="the model to read when the server has several")
     live.add_argument("--watch", type=float, metavar="SECONDS", help="poll and report each interval's rates")
     live.add_argument("--count", type=int, help="with --watch: stop after this many intervals (default: never)")
@@ -60,19 +80,41 @@ def run(args) -> int:
     if args.cost is not None and (math.isnan(args.cost) or args.cost < 0 or math.isinf(args.cost)):
         raise ValueError(f"--cost must be a finite number >= 0, got {args.cost}")
     sizes = _batch_sizes(args.batch_sizes)
-    if args.vllm_metrics:
+    if args.metrics and args.vllm_metrics:
+        raise ValueError("give --metrics or its alias --vllm-metrics, not both")
+    args.metrics_option = "--vllm-metrics" if args.vllm_metrics else "--metrics"
+    args.metrics = args.metrics or args.vllm_metrics
+    if args.draft_sample_method and args.engine != "vllm":
+        raise ValueError("--draft-sample-method is vLLM's: give --engine vllm")
+    for opt in ("spec_draft_n_min", "spec_draft_p_min"):
+        if getattr(args, opt) is not None and args.engine != "llamacpp":
+            raise ValueError(f"--{opt.replace('_', '-')} is llama.cpp's: give --engine llamacpp")
+    audit = _audit(args.audit) if args.audit else None  # read before any model loads or a server is scraped
+    if args.metrics:
         offline = [f for f in ("target", "pair", "draft", "prompts") if getattr(args, f)] + \
-            (["prompt_lookup"] if args.prompt_lookup else [])
+            (["prompt_lookup"] if args.prompt_lookup else []) + (["engine"] if args.engine != "exactspec" else [])
         if offline:
-            raise ValueError(f"--vllm-metrics reads a server; it takes no --{offline[0].replace('_', '-')}")
-        return _live(args, sizes)
+            raise ValueError(f"{args.metrics_option} reads a server; it takes no --{offline[0].replace('_', '-')}")
+        return _live(args, sizes, audit)
     if args.watch is not None or args.model_name:
-        raise ValueError("--watch and --model-name need --vllm-metrics")
-    return _offline(args, sizes)
+        raise ValueError("--watch and --model-name need --metrics (alias --vllm-metrics)")
+    return _offline(args, sizes, audit)
+
+
+def _audit(path: str) -> dict:
+    from exactspec.deploy.engineplan import read_audit
+
+    return read_audit(path)
+
+
+def _with_audit(out: dict, audit: dict | None, engine: str | None, temperature: float | None) -> dict:
+    from exactspec.deploy.engineplan import with_audit
+
+    return with_audit(out, audit, engine, temperature)
 
 
 # ------------------------------------------------------------------------------------------ offline
-def _offline(args, sizes) -> int:
+def _offline(args, sizes, audit=None) -> int:
     from exactspec.cli.progress import Progress
     from exactspec.deploy.plan import engine_configs, plan_offline
     from exactspec.pairs.load import chat_prompt, is_chat
@@ -80,7 +122,10 @@ def _offline(args, sizes) -> int:
     target_path, draft_path = _paths(args)
     if not args.prompts:
         raise ValueError("--prompts FILE is required (the prompts your deployment will serve)")
-    prompts = read_prompts(args.prompts)
+    from exactspec.deploy.prompts import read_prompt_file
+
+    prompts = read_prompt_file(args.prompts)
+    categories = prompts.categories
     if args.max_new_tokens < 1:
         raise ValueError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
     given = _costs(args, sizes) if args.cost is not None or args.profile else None  # read before any model loads
@@ -97,16 +142,25 @@ def _offline(args, sizes) -> int:
             return interrupted("plan", f"no prompt measured yet (of {len(prompts)}); nothing to plan", progress)
         costs, notes, stopped_costs = given or _costs(args, sizes, target, draft, progress, measure=not stopped)
     drafter = "prompt_lookup" if args.prompt_lookup else "draft_model"
-    method = "token"
-    out = plan_offline(acc, costs, lambda g: engine_configs(g, drafter=drafter, target=target_path,
-                                                             draft=draft_path, ngram=args.ngram, method=method),
-                       tree_nodes=args.tree_nodes)
+    if args.engine == "exactspec":
+        out = plan_offline(acc, costs, lambda g: engine_configs(g, drafter=drafter, target=target_path,
+                                                                 draft=draft_path, ngram=args.ngram, method="token"),
+                           tree_nodes=args.tree_nodes)
+    else:
+        from exactspec.deploy.engineplan import plan_engine
+
+        t_eng, d_eng = _engine_paths(args, target_path, draft_path)
+        out = plan_engine(acc, args.engine, costs, _settings(args), draft_method=args.draft_sample_method,
+                          target=t_eng, draft=d_eng)
+        draft_path = d_eng if d_eng and d_eng.endswith(".gguf") else draft_path
+    out = {"engine": args.engine} | out
+    _details(args, out, acc, costs, categories, draft, draft_path)
     out["measured"] = {"prompts": len(acc.texts), "tokens_written": acc.tokens, "temperature": args.temperature,
                        "top_k": args.top_k, "top_p": args.top_p, "drafter": drafter, "target": target_path,
                        "draft": draft_path}
     out["notes"] = notes + ["acceptance measured offline: the target wrote the texts, one teacher-forced pass "
                             "of each model scored them, and the speculative loop was replayed over them in "
-                            "expectation (exactspec.deploy.offline)"]
+                            "expectation (exactspec.deploy.offline)"] + out.get("notes", [])
     if "tree" in out:
         out["notes"].append("trees: acceptance per (depth, sibling rank) from the same pass, weighted where a "
                             "chain's steps reach (exactspec.deploy.offlinetrees); vLLM and SGLang run chains here: "
@@ -121,6 +175,7 @@ def _offline(args, sizes) -> int:
         out["partial"] = {"interrupted": True, "prompts_measured": len(acc.texts), "prompts_planned": len(prompts),
                           "batch_sizes_costed": [b for b, c in costs if c is not None],
                           "batch_sizes_planned": sizes or [1]}
+    out = _with_audit(out, audit, None if args.engine == "exactspec" else args.engine, args.temperature)
     _emit(out, args.json)
     if "partial" in out:
         from exactspec.cli.progress import interrupted
@@ -145,7 +200,12 @@ def _acceptance(args, target, draft, tok, prompts, progress):
     kw = dict(draft=draft, prompt_lookup=args.prompt_lookup, max_new_tokens=args.max_new_tokens,
               temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, max_gamma=args.max_gamma,
               ngram=args.ngram, batch_size=ACCEPTANCE_BATCH,
-              tree_ranks=0 if args.prompt_lookup or not args.tree_nodes else AUTO_MAX_BRANCH)
+              tree_ranks=0 if args.prompt_lookup or not args.tree_nodes or args.engine != "exactspec" else AUTO_MAX_BRANCH)
+    if args.engine != "exactspec":
+        from exactspec.deploy.enginerules import RowTerms
+
+        kw["row_terms"] = RowTerms(_settings(args), draft=draft, max_gamma=args.max_gamma,
+                                   llamacpp=args.engine == "llamacpp")
     parts, stopped = [], False
     progress.start(len(prompts), "measuring acceptance (the target writes; one teacher-forced pass scores)")
     try:
@@ -159,6 +219,35 @@ def _acceptance(args, target, draft, tok, prompts, progress):
         return None, stopped
     return OfflineAcceptance(parts[0].greedy, parts[0].drafter, parts[0].max_gamma,
                              [r for a in parts for r in a.rows], [t for a in parts for t in a.texts]), stopped
+
+
+def _settings(args):
+    from exactspec.deploy.enginerules import EngineSettings
+
+    return EngineSettings(n_min=args.spec_draft_n_min or 0, p_min=args.spec_draft_p_min or 0.0, ngram=args.ngram,
+                          temperature=args.temperature)
+
+
+def _engine_paths(args, target_path, draft_path) -> tuple[str | None, str | None]:
+    """The files the engine loads: llama.cpp's server takes GGUF files (a shipped pair's, converted into the
+    cache on first use; another path only if it is one: else a placeholder)."""
+    if args.engine != "llamacpp":
+        return target_path, draft_path
+    if args.pair:
+        from exactspec.pairs import gguf
+        from exactspec.pairs.load import pair_name
+
+        if pair_name(args.pair) == "smollm2":
+            return target_path, (None if args.prompt_lookup else str(gguf.smollm2_draft_gguf()))
+        return tuple(str(p) for p in gguf.stdlib_gguf("f16"))
+    return tuple(p if p and p.endswith(".gguf") else None for p in (target_path, draft_path))
+
+
+def _details(args, out, acc, costs, categories, draft, draft_path) -> None:
+    from exactspec.deploy.engineplan import add_details
+
+    add_details(out, acc, costs, categories, engine=args.engine, settings=_settings(args), context=args.context,
+                draft=draft_path if draft_path and draft_path.endswith(".gguf") else draft)
 
 
 def pair_paths(name: str) -> tuple[str, str]:
@@ -202,34 +291,11 @@ def _load(target_path, draft_path, pair=None, backend="transformers", threads=No
 
 
 def read_prompts(path: str) -> list[str]:
-    """Prompts from a JSON list (strings or {"prompt"|"text": ...}), JSONL, or blank-line-separated text."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except OSError as exc:
-        raise ValueError(f"cannot read --prompts {path!r}: {exc.strerror or exc}") from None
+    """Prompts from a JSON list (strings or {"prompt"|"text": ...}), JSONL (or Spec-Bench's question.jsonl), or
+    blank-line-separated text (:func:`exactspec.deploy.prompts.read_prompt_file`)."""
+    from exactspec.deploy.prompts import read_prompt_file
 
-    def field(item):
-        if isinstance(item, str):
-            return item
-        if isinstance(item, dict) and isinstance(item.get("prompt", item.get("text")), str):
-            return item.get("prompt", item.get("text"))
-        raise ValueError(f"--prompts {path!r}: each entry must be a string or have a 'prompt' field")
-
-    stripped = text.strip()
-    if path.endswith(".jsonl"):
-        prompts = [field(json.loads(line)) for line in stripped.splitlines() if line.strip()]
-    elif path.endswith(".json"):
-        data = json.loads(stripped)
-        data = data.get("prompts", data) if isinstance(data, dict) else data
-        if not isinstance(data, list):
-            raise ValueError(f"--prompts {path!r}: expected a JSON list of prompts")
-        prompts = [field(x) for x in data]
-    else:
-        prompts = [b.strip("\n") for b in text.split("\n\n") if b.strip()]
-    if not prompts or not all(prompts):
-        raise ValueError(f"--prompts {path!r} has no (or empty) prompts")
-    return prompts
+    return list(read_prompt_file(path))
 
 
 def _batch_sizes(text: str | None) -> list[int] | None:
@@ -285,25 +351,25 @@ def _costs(args, sizes, target=None, draft=None, progress=None, measure=True) ->
 
 
 # --------------------------------------------------------------------------------------------- live
-def _live(args, sizes) -> int:
+def _live(args, sizes, audit=None) -> int:
     from exactspec.deploy.enginemetrics import parse_spec_counters, read_metrics, summarize
     from exactspec.deploy.plan import plan_from_counters
 
     costs, notes, _ = _costs(args, sizes)
 
     def scrape():
-        return parse_spec_counters(read_metrics(args.vllm_metrics), args.model_name)
+        return parse_spec_counters(read_metrics(args.metrics, option=args.metrics_option), args.model_name)
 
     def report(counters, extra):
         summary = summarize(counters)
         if summary["per_position_acceptance"]:
             out = plan_from_counters(summary, costs, args.max_gamma)
         else:
-            out = summary | {"recommended_gamma": None, "predicted_speedup": None, "rows": [], "vllm": None,
-                             "sglang": None, "hf": None, "by_batch_size": [], "notes": [
-                                 "no drafts with per-position counters in this window"]}
+            out = summary | {"recommended_gamma": None, "predicted_speedup": None, "rows": [], "by_batch_size": [],
+                             "notes": ["no drafts with per-position counters in this window"]} | (
+                {"llamacpp": None} if counters.engine == "llamacpp" else {"vllm": None, "sglang": None, "hf": None})
         out["notes"] = notes + out.get("notes", [])
-        return out | extra
+        return _with_audit(out | extra, audit, counters.engine, None)
 
     first = scrape()
     if args.watch is None:
@@ -326,58 +392,3 @@ def _live(args, sizes) -> int:
     except KeyboardInterrupt:
         pass
     return 0
-
-
-# ------------------------------------------------------------------------------------------- output
-def _emit(out: dict, as_json: bool, compact: bool = False) -> None:
-    if as_json:
-        print(json.dumps(out, indent=None if compact else 2), flush=True)
-        return
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console()
-    fmt = (lambda v: "-" if v is None else f"{v:.3f}")
-    part = out.get("partial")
-    if part:
-        console.print(f"[bold]partial[/] (interrupted): acceptance from {part['prompts_measured']} of "
-                      f"{part['prompts_planned']} prompts; costed batch sizes {part['batch_sizes_costed'] or 'none'} "
-                      f"of {part['batch_sizes_planned']}")
-    pp = " ".join(f"{a:.2f}" for a in out.get("per_position_acceptance") or []) or "-"
-    head = f"[bold]{out.get('window', 'offline plan')}[/]: " if "window" in out else ""
-    console.print(f"{head}per-position acceptance {pp}; acceptance rate {fmt(out.get('acceptance_rate'))}; "
-                  f"mean acceptance length {fmt(out.get('mean_acceptance_length'))}"
-                  + (f"; gamma in use {out['gamma_in_use']:.2f}" if out.get("gamma_in_use") else ""))
-    if out.get("recommended_gamma") is not None:
-        for entry in out["by_batch_size"]:
-            lim = entry["limit"]
-            console.print(f"batch {entry['batch_size']}: best gamma {entry['recommended_gamma']} -> "
-                          f"{entry['predicted_speedup']:.3f}x predicted (limit over all gamma "
-                          f"{'unbounded' if lim is None else f'{lim:.3f}x'})")
-    blk = out.get("block")
-    if blk and blk.get("recommended_gamma") is not None:
-        console.print(f"block verification (exactspec): best gamma {blk['recommended_gamma']} -> "
-                      f"{blk['predicted_speedup']:.3f}x predicted; per-position acceptance "
-                      + " ".join(f"{a:.2f}" for a in blk["per_position_acceptance"]))
-    tree = (out.get("tree") or {}).get("best")
-    if tree:
-        console.print(f"token tree (exactspec, tree='auto'): best {tree['tree']} ({tree['nodes']} nodes) -> "
-                      f"{tree['expected_tokens']:.2f} tokens/call, {tree['predicted_speedup']:.3f}x predicted"
-                      f" ({out['tree']['vs_best_chain']:.2f}x the best chain)")
-    if not compact and out.get("rows"):
-        table = Table(title=f"batch size {out['batch_size']}")
-        for col in ("gamma", "tokens/step", "predicted speedup"):
-            table.add_column(col, justify="right")
-        for r in out["rows"]:
-            s = r["predicted_speedup"]
-            table.add_row(str(r["gamma"]), f"{r['expected_tokens']:.3f}", "-" if s is None else f"{s:.3f}x",
-                          style="bold green" if r["gamma"] == out["recommended_gamma"] else None)
-        console.print(table)
-    if out.get("vllm"):
-        console.print(f"vLLM speculative_config: {json.dumps(out['vllm'])}")
-        if not compact:
-            console.print(f"SGLang: {' '.join(out['sglang'])}")
-            console.print(f"transformers generate(**{json.dumps(out['hf'])})")
-            console.print(f"exactspec: {json.dumps(out['exactspec'])}")
-    for note in out.get("notes", []):
-        console.print(f"[dim]note: {note}[/]")
