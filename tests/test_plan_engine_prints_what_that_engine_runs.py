@@ -37,9 +37,12 @@ def plan(pair, capsys, *argv, prompts=None, json_out=True):  # noqa: F811
 
 
 def test_spec_bench_questions_are_read_as_first_turns_with_their_categories(question):
+    from exactspec.bench.bench import load_prompts
+
     got = read_prompt_file(str(question))
     assert list(got) == ["w5 w6 w7 w5 w6", "w9 w3 w9 w3 w9", "w40 w41 w42 w40 w41"]
     assert got.categories == ["coding", "writing", "coding"]
+    assert load_prompts(question) == list(got)  # bench reads the same file (no per-category report yet)
 
 
 def test_vllm_plan_has_its_rule_its_config_and_per_category_rows(pair, question, capsys):  # noqa: F811

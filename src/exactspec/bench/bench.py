@@ -75,8 +75,13 @@ class System:
 
 
 def load_prompts(path: str | pathlib.Path) -> list[str]:
-    """Prompts from a file: JSON (a list of strings, or {"prompts": [str | {"text": str}]}) or plain text
-    with one prompt per blank-line-separated block."""
+    """Prompts from a file: JSON (a list of strings, or {"prompts": [str | {"text": str}]}), JSONL (Spec-Bench's
+    question.jsonl: each row's first turn; :mod:`exactspec.deploy.prompts`) or plain text with one prompt per
+    blank-line-separated block."""
+    if str(path).endswith(".jsonl"):
+        from exactspec.deploy.prompts import read_prompt_file
+
+        return list(read_prompt_file(str(path)))
     text = pathlib.Path(path).read_text(encoding="utf-8")
     if str(path).endswith(".json"):
         data = json.loads(text)

@@ -17,7 +17,8 @@ def register(sub) -> None:
     p.add_argument("--chat", action=argparse.BooleanOptionalAction, default=None,
                    help="wrap each prompt as a user message with the chat template (default: on for a chat pair)")
     p.add_argument("--draft-dtype", choices=DRAFT_DTYPES, help=DRAFT_DTYPE_HELP)
-    p.add_argument("--prompts", help="prompt file: JSON (a list, or {\"prompts\": [...]}) or text with one prompt "
+    p.add_argument("--prompts", help="prompt file: JSON (a list, or {\"prompts\": [...]}), Spec-Bench's "
+                   "question.jsonl (first turns) or text with one prompt "
                    "per blank-line-separated block (default: the demo pair's held-out prompts); e.g. "
                    "benchmarks/prompts/unseen_code.json, the hand-written unseen set")
     p.add_argument("--num-prompts", type=integer(1), default=4, help="how many prompts to use (default 4)")
