@@ -4,13 +4,16 @@ vLLM's or llama.cpp's dialect, so `exactspec audit` is tested against a real pro
     python tests/_law_server.py --target DIR [--draft DIR --gamma G] [--fault F] [--dialect vllm|llamacpp]
 
 prints ``PORT <n>`` once it listens on 127.0.0.1. Its law is written here, apart from exactspec's
-(`exactspec.audit.laws`): softmax(logits / T) in float64 with top-k / top-p through transformers-order filters.
+(`exactspec.audit.laws`), in each engine's order: vLLM tempers, then min-p, top-k, top-p, its repetition penalty
+over prompt and output; llama.cpp filters the untempered law (top-k, top-p, min-p), tempers last, and looks back
+`repeat_last_n` tokens.
 With ``--draft`` it decodes speculatively by the token rule, written here too: draft tokens sampled from q, each
 kept with min(1, p/q), the first rejection resampled from norm(max(0, p − q)), a bonus token from p.
 
 Faults (``--fault``): ``temperature:F`` samples at T·F; ``move:D`` moves D of the probability from the likeliest
 token to the second at every position; ``bonus-q`` draws the bonus token from q instead of p (speculative only);
-``greedy-flip`` returns the second-best token at the third position under T = 0; ``no-ids`` leaves the token ids
+``greedy-flip`` returns the second-best token at the third position under T = 0; ``swap-order`` applies the other
+engine's order of temperature and filters; ``no-ids`` leaves the token ids
 out of its answers; ``no-metrics`` has no /metrics page.
 """
 from __future__ import annotations
@@ -28,6 +31,24 @@ from transformers import AutoModelForCausalLM
 torch.set_num_threads(1)
 
 
+def _top_k(p: torch.Tensor, k: int) -> torch.Tensor:
+    return torch.where(p >= p.topk(k).values[-1], p, 0.0) if k > 0 else p
+
+
+def _top_p(p: torch.Tensor, top_p: float) -> torch.Tensor:
+    if top_p >= 1.0:
+        return p
+    p = p / p.sum()
+    sp, order = p.sort(descending=True)
+    keep = torch.zeros_like(p, dtype=torch.bool)
+    keep[order[(sp.cumsum(0) - sp) < top_p]] = True
+    return torch.where(keep, p, 0.0)
+
+
+def _min_p(p: torch.Tensor, min_p: float) -> torch.Tensor:
+    return torch.where(p >= min_p * p.max(), p, 0.0) if min_p > 0 else p
+
+
 class Sampler:
     def __init__(self, target, draft, gamma: int, fault: str, banned: list[int]):
         self.target, self.draft, self.gamma, self.fault, self.banned = target, draft, gamma, fault, banned
@@ -37,10 +58,15 @@ class Sampler:
         with torch.no_grad():
             return model(input_ids=torch.tensor([ids])).logits[0, -last:].double()
 
-    def law(self, z: torch.Tensor, body: dict, ignore_eos_bans: bool) -> torch.Tensor:  # [V] -> [V] float64
+    def law(self, z: torch.Tensor, body: dict, llamacpp: bool, history: list[int]) -> torch.Tensor:  # [V] float64
+        """The law at one position: each engine's order, written apart from exactspec.audit.laws."""
         z = z.clone()
-        if ignore_eos_bans and body.get("ignore_eos"):
+        if llamacpp and body.get("ignore_eos"):
             z[self.banned] = -float("inf")
+        r = float(body.get("repeat_penalty" if llamacpp else "repetition_penalty", 1.0))
+        if r != 1.0:  # llama.cpp looks back repeat_last_n tokens, vLLM over the prompt and the output
+            seen = sorted(set(history[-int(body.get("repeat_last_n", 64)):] if llamacpp else history))
+            z[seen] = torch.where(z[seen] > 0, z[seen] / r, z[seen] * r)
         t = float(body.get("temperature", 1.0))
         if t == 0:
             out = torch.zeros_like(z)
@@ -48,24 +74,17 @@ class Sampler:
             return out
         if self.fault.startswith("temperature:"):
             t *= float(self.fault.split(":")[1])
-        p = torch.softmax(z / t, -1)
-        k = int(body.get("top_k", 0) or 0)
-        if k > 0:
-            p = torch.where(p >= p.topk(k).values[-1], p, 0.0)
-            p = p / p.sum()
-        top_p = float(body.get("top_p", 1.0))
-        if top_p < 1.0:
-            sp, order = p.sort(descending=True)
-            keep = (sp.cumsum(0) - sp) < top_p
-            mask = torch.zeros_like(p, dtype=torch.bool)
-            mask[order[keep]] = True
-            p = torch.where(mask, p, 0.0)
-            p = p / p.sum()
+        k, top_p, min_p = int(body.get("top_k", 0) or 0), float(body.get("top_p", 1.0)), float(body.get("min_p", 0.0))
+        if llamacpp != (self.fault == "swap-order"):  # llama.cpp: filters on the untempered law, temperature last
+            p = _min_p(_top_p(_top_k(torch.softmax(z, -1), k), top_p), min_p)
+            p = torch.where(p > 0, torch.softmax(z / t, -1), 0.0)
+        else:  # temperature first, then min-p, top-k, top-p
+            p = _top_p(_top_k(_min_p(torch.softmax(z / t, -1), min_p), k), top_p)
+        p = p / p.sum()
         if self.fault.startswith("move:"):
             d = float(self.fault.split(":")[1])
             a, b = p.topk(2).indices.tolist()
             moved = min(d, float(p[a]))
-            p = p.clone()
             p[a] -= moved
             p[b] += moved
         return p
@@ -83,7 +102,7 @@ class Sampler:
         out = []
         for k in range(n):
             z = self.logits(self.target, prompt + out)[0]
-            x = int(torch.multinomial(self.law(z, body, llamacpp), 1, generator=g))
+            x = int(torch.multinomial(self.law(z, body, llamacpp, prompt + out), 1, generator=g))
             if self.fault == "greedy-flip" and float(body.get("temperature", 1.0)) == 0 and k == 2:
                 x = int(z.topk(2).indices[1])  # the target's second choice
             out.append(x)
@@ -94,13 +113,13 @@ class Sampler:
         while len(out) < n:
             drafts, qs = [], []
             for _ in range(self.gamma):  # the draft proposes gamma tokens sampled from q
-                q = self.law(self.logits(self.draft, prompt + out + drafts)[0], body, llamacpp)
+                q = self.law(self.logits(self.draft, prompt + out + drafts)[0], body, llamacpp, prompt + out + drafts)
                 drafts.append(int(torch.multinomial(q, 1, generator=g)))
                 qs.append(q)
             z = self.logits(self.target, prompt + out + drafts, self.gamma + 1)  # one target pass: [gamma + 1, V]
             accepted = 0
             for i, x in enumerate(drafts):  # the token rule, position by position
-                p = self.law(z[i], body, llamacpp)
+                p = self.law(z[i], body, llamacpp, prompt + out + drafts[:i])
                 if torch.rand((), generator=g, dtype=torch.float64) < min(1.0, float(p[x] / qs[i][x])):
                     accepted += 1
                     continue
@@ -109,7 +128,7 @@ class Sampler:
                 break
             else:  # all kept: a bonus token from p (from q under the fault)
                 last = self.logits(self.draft, prompt + out + drafts)[0] if self.fault == "bonus-q" else z[-1]
-                law = self.law(last, body, llamacpp)
+                law = self.law(last, body, llamacpp, prompt + out + drafts)
                 drafts.append(int(torch.multinomial(law, 1, generator=g)))
             counters["drafts"].inc()
             counters["draft_tokens"].inc(self.gamma)

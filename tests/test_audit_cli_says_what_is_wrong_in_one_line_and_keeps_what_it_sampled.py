@@ -85,7 +85,8 @@ def test_no_metrics_still_audits_and_out_writes_every_file(tiny, capsys, tmp_pat
     for name in ("audit.json", "audit.md", "audit.png", "samples.jsonl", "audit.log"):
         assert (out / name).stat().st_size > 0, name
     report = json.loads((out / "audit.json").read_text())
-    assert report["acceptance"]["engine"] is None  # no counters to read
+    assert report["acceptance"]["engine"] is None  # no counters to read, said in one line
+    assert len([ln for ln in err.splitlines() if ln.startswith("note: no speculative-decoding counters")]) == 1
     assert report["acceptance"]["engine_rule"] == "greedy" and report["acceptance"]["gamma"] == 4
     assert len((out / "samples.jsonl").read_text().splitlines()) == report["samples"] == 80
     assert report["verdict"] in stdout  # the Markdown report on stdout
@@ -111,3 +112,26 @@ def test_ctrl_c_reports_what_was_sampled(tiny, tmp_path):
     assert report["partial"] and 0 < report["samples"] < report["samples_asked"]
     assert report["tokens_tested"] == report["samples"] * 8
     assert "interrupted: reported the" in err
+
+
+def test_request_seeds_reproduce_the_samples_and_the_default_sends_none(tiny, capsys, tmp_path):
+    args = ["--target", str(tiny / "target"), "--prompts", str(tiny / "prompts.json"), "--samples", "10",
+            "--max-tokens", "4"]
+    with law_server("--target", str(tiny / "target")) as url:
+        for name, extra in (("a", ["--request-seeds"]), ("b", ["--request-seeds"]), ("c", [])):
+            run(capsys, url, *args, *extra, "--out", str(tmp_path / name))
+    rows = {n: [json.loads(x) for x in (tmp_path / n / "samples.jsonl").read_text().splitlines()] for n in "abc"}
+    key = lambda r: (r["prompt"], r["sample"])  # noqa: E731
+    assert sorted(rows["a"], key=key) == sorted(rows["b"], key=key)
+    assert all(r["seed"] is None for r in rows["c"]) and all(r["seed"] is not None for r in rows["a"])
+
+
+def test_help_states_the_verdicts_their_error_rates_and_exit_statuses(capsys):
+    with pytest.raises(SystemExit):
+        from exactspec.cli import build_parser
+
+        build_parser().parse_args(["audit", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for phrase in ("not exact", "exact", "inconclusive", "--alpha", "Bonferroni", "probability >= 0.95",
+                   "--tolerance", "--control", "two-sample", "0 exact, 1 not exact, 3 inconclusive", "130 Ctrl-C"):
+        assert phrase in text, phrase

@@ -22,7 +22,8 @@ def markdown(r: dict) -> str:
                      f"argmax ({r['tokens_tested']} tokens; {r.get('greedy_mismatch_count', 0)} sequences differ)")
         for m in r.get("greedy_mismatches", [])[:5]:
             lines.append(f"  - prompt {m['prompt']} sample {m['sample']} position {m['position']}: engine "
-                         f"{m['engine_token']}, target {m['target_token']} (margin {m['margin']:.4f} logits)")
+                         f"{m['engine_token']} {m.get('engine_text', '')!r}, target {m['target_token']} "
+                         f"{m.get('target_text', '')!r} (margin {m['margin']:.4f} logits)")
     else:
         lines += [f"- p-value {r['p_value']:.3g} (Bonferroni over {r['tests']} KS tests of the tokens' PIT values), "
                   f"α = {r['alpha']:g}; {r['tokens_tested']} tokens; impossible tokens {r['impossible_tokens']}",
@@ -31,10 +32,12 @@ def markdown(r: dict) -> str:
         for w in sorted(r["worst_positions"], key=lambda w: w["position"]):
             lines.append(f"| {w['position']} | {w['tokens']} | {w['ks']:.4f} | {w['p_value']:.3g} |")
         lines += ["", "Tokens furthest from their expected counts:", "",
-                  "| prompt | position | token | observed | expected | residual |", "|---:|---:|---:|---:|---:|---:|"]
+                  "| prompt | position | token | text | observed | expected | residual |",
+                  "|---:|---:|---:|---|---:|---:|---:|"]
         for w in r["worst_tokens"]:
-            lines.append(f"| {w['prompt']} | {w['position']} | {w['token']} | {w['observed']} | {w['expected']:.1f} "
-                         f"| {w['residual']:+.1f} |")
+            text = repr(w.get("text", ""))[1:-1].replace("|", "\\|")
+            lines.append(f"| {w['prompt']} | {w['position']} | {w['token']} | `{text}` | {w['observed']} "
+                         f"| {w['expected']:.1f} | {w['residual']:+.1f} |")
     c = r.get("control")
     if c:
         lines += ["", f"Control {c['url']} (speculation off): {c['verdict']} (p {_p(c['p_value'])}); "
@@ -83,21 +86,30 @@ def write(r: dict, out: str) -> list[str]:
 
 
 def plot(r: dict, path) -> None:
-    """The PIT values' histogram per output position (uniform when exact) and each position's p-value."""
+    """Each output position's PIT values as their empirical CDF minus the uniform's (flat at 0 when exact; the KS
+    statistic is its largest excursion), with the pooled test's rejection band, and each position's p-value."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from exactspec.audit.stats import ks_critical
+
     vals, pos = r["_values"], r["_positions"]
-    ks = sorted(np.unique(pos))
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4))
+    grid = np.linspace(0, 1, 201)
+    ecdf = lambda v: np.searchsorted(np.sort(v), grid, side="right") / max(len(v), 1) - grid  # noqa: E731
+    each = r["alpha"] / max(r["tests"], 1)
+    ks = sorted(np.unique(pos))
     for k in ks:
-        v = vals[pos == k]
-        hist, edges = np.histogram(v, bins=20, range=(0, 1))
-        ax.plot((edges[:-1] + edges[1:]) / 2, hist / max(len(v), 1) * 20, label=f"position {k + 1}", lw=1)
-    ax.axhline(1.0, color="k", ls="--", lw=1)
-    ax.set(xlabel="PIT value (likeliest tokens first)", ylabel="density (1 = exact)",
+        ax.plot(grid, ecdf(vals[pos == k]), label=f"position {k + 1}", lw=0.8, alpha=0.7)
+    band = ks_critical(each, max(len(vals), 1))
+    ax.axhspan(-band, band, color="0.85", label="all tokens: rejection band")
+    ax.plot(grid, ecdf(vals), color="k", lw=2, label="all tokens")
+    one = ks_critical(each, max(len(vals) // max(len(ks), 1), 1))
+    ax.axhline(one, color="0.4", ls=":", lw=1, label="one position: rejection band")
+    ax.axhline(-one, color="0.4", ls=":", lw=1)
+    ax.set(xlabel="PIT value (likeliest tokens first)", ylabel="empirical CDF − uniform",
            title=f"{r['engine']}: {r['verdict']}")
     ax.legend(fontsize=7)
     wp = sorted(r["worst_positions"], key=lambda w: w["position"])

@@ -70,18 +70,35 @@ class Models:
             draft_path = None if draft in PAIRS else draft
             self.target, self.draft, self.tokenizer = load_paths(target, draft_path, dtype=torch.float64)
         self.vocab = int(self.target.get_output_embeddings().weight.shape[0])
+        self._prefix: dict = {}  # (model, prompt) -> the prompt's KV cache, all but its last token
 
-    def logits(self, model, seqs: list[list[int]], start: int) -> np.ndarray:
-        """``[len(seqs), L - start, V]`` float64: the logits predicting positions ``start..L-1`` of each sequence
-        (right-padded: a causal model's earlier positions do not see the padding)."""
+    def logits(self, model, prompt: list[int], conts: list[list[int]]) -> np.ndarray:
+        """``[len(conts), K, V]`` float64: the logits that predict each continuation's tokens after ``prompt``.
+
+        The prompt's cache is computed once per model and prompt and shared by every continuation (right-padded:
+        a causal model's earlier positions do not see the padding), so a sample costs its own K tokens only."""
+        import copy
+        import inspect
+
         import torch
 
-        width = max(len(s) for s in seqs)
-        ids = torch.zeros((len(seqs), width), dtype=torch.long)
-        for i, s in enumerate(seqs):
-            ids[i, :len(s)] = torch.tensor(s)
+        width = max(len(c) for c in conts)
+        ids = torch.zeros((len(conts), width), dtype=torch.long)
+        for i, c in enumerate(conts):
+            ids[i, :len(c)] = torch.tensor(([prompt[-1]] + c)[:len(c)])
         with torch.no_grad():
-            out = model(input_ids=ids).logits[:, start - 1:width - 1]
+            if len(prompt) < 2:
+                return model(input_ids=ids).logits.double().numpy()[..., :self.vocab]
+            key = (id(model), tuple(prompt))
+            # transformers 5.x renamed past_key_values to cache (the old name warns, then goes)
+            name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+            if key not in self._prefix:
+                self._prefix = {k: v for k, v in self._prefix.items() if k[0] != id(model)}  # one prompt per model
+                out = model(input_ids=torch.tensor([prompt[:-1]]), use_cache=True)
+                self._prefix[key] = getattr(out, name)
+            past = copy.deepcopy(self._prefix[key])
+            past.batch_repeat_interleave(len(conts))
+            out = model(input_ids=ids, use_cache=True, **{name: past}).logits
         return out.double().numpy()[..., :self.vocab]
 
     def eog_ids(self) -> list[int]:
@@ -125,12 +142,21 @@ def audit(cfg: AuditConfig, progress=None) -> dict:
     tally = Tally() if models.draft is not None else None
     law = _law_pass(cfg, dialect, models, prompts, banned, got, tally)
     report = _report(cfg, engine, served, got, law, prompts)
+    for row in report["worst_tokens"] + report.get("greedy_mismatches", []):
+        for key in ("token", "engine_token", "target_token"):
+            if key in row:
+                row[key.replace("token", "text")] = models.tokenizer.decode([row[key]])
     report["seconds"] = {"sampling": got.seconds, "law": time.perf_counter() - t0}
     report["_sampled"] = got
     report["control"] = None
     if cfg.control:
         report["control"] = _control(cfg, dialect, models, prompts, banned, law, report, progress)
     report["acceptance"] = _acceptance(cfg, engine, models, tally, before, after)
+    report["notes"] = []
+    if after is None:
+        report["notes"].append(f"no speculative-decoding counters at {cfg.url}/metrics (vLLM shows them only with "
+                               "speculation on; llama.cpp's server needs --metrics): the engine's own acceptance is "
+                               "not shown")
     return report
 
 
@@ -168,7 +194,7 @@ def _check_same_model(server, dialect, served, models, prompts, banned) -> None:
             from exactspec.audit.engines import NO_IDS
 
             raise ValueError(f"the server at {server.url} {NO_IDS[dialect.name]}")
-        z = models.logits(models.target, [prompt + ids[:1]], len(prompt))[0, 0]
+        z = models.logits(models.target, prompt, [ids[:1]])[0, 0]
         if ids[0] >= models.vocab:
             raise ValueError(f"the server's model does not match --target: it returned token {ids[0]}, beyond "
                              f"--target's vocabulary of {models.vocab}")
@@ -214,9 +240,9 @@ def _law_pass(cfg, dialect, models, prompts, banned, got: Sampled, tally) -> dic
         # one local pass per (prompt) group inside the chunk: equal prompt lengths keep `start` shared
         for j in sorted({got.jobs[i].prompt for i in idx}):
             group = [i for i in idx if got.jobs[i].prompt == j]
-            seqs = [prompts[j] + got.tokens[i] for i in group]
-            z = models.logits(models.target, seqs, len(prompts[j]))  # [c, K', V]
-            zq = models.logits(models.draft, seqs, len(prompts[j])) if tally is not None else None
+            conts = [got.tokens[i][:cfg.max_tokens] or [0] for i in group]
+            z = models.logits(models.target, prompts[j], conts)  # [c, K', V]
+            zq = models.logits(models.draft, prompts[j], conts) if tally is not None else None
             for r, i in enumerate(group):
                 x = np.asarray(got.tokens[i][:cfg.max_tokens], dtype=np.int64)
                 n = len(x)

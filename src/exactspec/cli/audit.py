@@ -115,6 +115,8 @@ def run(args) -> int:
         except KeyboardInterrupt:
             return interrupted("audit", "nothing was sampled yet", progress)
         progress.stop_bar()
+    for note in report.get("notes", []):
+        print(f"note: {note}", file=sys.stderr)
     _emit(report, args)
     if report["partial"]:
         return interrupted("audit", f"reported the {report['samples']} samples that came back (of "
