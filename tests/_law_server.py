@@ -109,7 +109,7 @@ class Sampler:
         return out
 
     def _speculative(self, prompt, n, body, llamacpp, g, counters) -> list[int]:
-        out = []
+        out = self._plain(prompt, 1, body, llamacpp, g)  # the first token from the prompt's pass, as engines do
         while len(out) < n:
             drafts, qs = [], []
             for _ in range(self.gamma):  # the draft proposes gamma tokens sampled from q

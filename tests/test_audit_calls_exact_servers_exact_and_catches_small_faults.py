@@ -64,6 +64,7 @@ def test_speculative_server_is_exact_and_a_bonus_drawn_from_q_is_not(tiny, capsy
     assert acc["gamma"] == 2 and acc["engine_rule"] == "probabilistic"
     mine, theirs = acc["engine_rule_expected"]["per_position_acceptance"], acc["engine"]["per_position_acceptance"]
     assert mine == pytest.approx(theirs, abs=0.05)
+    assert acc["counters_expected"] == pytest.approx(acc["engine"]["mean_acceptance_length"], rel=0.03)
     assert acc["best_exact"]["tokens_per_step"] >= acc["engine_rule_expected"]["tokens_per_step"]
 
 

@@ -11,8 +11,11 @@ written position t with law p_t, the draft's law q_t (at the same settings) and 
 - **sampled drafts** with the p/q test (vLLM's ``"probabilistic"``, exactspec's token rule): weight
   ``min(1, q_t(x_t)/p_t(x_t))``, acceptance ``Σ min(p_t, q_t)``.
 
-exactspec's best exact rule is the better of the two on these texts (it ships both). The speedup each is worth
-comes from :func:`exactspec.speed.speedup.walltime_speedup` at the draft's cost relative to the target's.
+exactspec's best exact rule is the better of the two on these texts (it ships both). Each rule's ``tokens_per_step``
+is the steady state at γ, from its per-position rates; ``mean_acceptance_length_capped`` counts drafts capped where
+each text ends. What the engine's counters should read on these requests, ``counters_expected``: llama.cpp's server
+caps drafts at the tokens left (the capped figure), vLLM drafts γ to the end (the steady state). The speedup each
+rule is worth comes from :func:`exactspec.speed.speedup.walltime_speedup` at the draft's cost over the target's.
 """
 from __future__ import annotations
 
@@ -31,6 +34,10 @@ class Tally:
     def add(self, p: np.ndarray,  # [n, V] the engine's law at the text's n positions
             q: np.ndarray,  # [n, V] the draft's law there, at the same settings
             x: np.ndarray) -> None:  # [n] the text's tokens
+        # the first token comes from the prompt's own pass in both engines: nothing is drafted for it
+        p, q, x = p[1:], q[1:], x[1:]
+        if len(x) == 0:
+            return
         rows = np.arange(len(x))
         d = q.argmax(axis=1)  # [n] greedy drafts
         self.w["greedy"].append((d == x).astype(float))
@@ -47,7 +54,9 @@ class Tally:
         rates = rep.per_position_acceptance
         return {"rule": rule, "per_position_acceptance": rates,
                 "per_token_acceptance": float(np.mean(np.concatenate(self.alpha[rule]))),
-                "tokens_per_step": _tokens_per_step(rates, gamma)}
+                "tokens_per_step": _tokens_per_step(rates, gamma),
+                # drafts capped where each text ends, as llama.cpp's server caps them at the tokens left
+                "mean_acceptance_length_capped": rep.mean_acceptance_length}
 
 
 def _tokens_per_step(rates: list[float], gamma: int) -> float:
@@ -77,5 +86,7 @@ def compare(tally: Tally, engine: str, draft_method: str, gamma: int, cost: floa
     out = {"gamma": gamma, "draft_cost": cost, "engine_rule": engine_rule,
            "engine_rule_expected": rules[engine_rule], "best_exact": rules[best],
            "tokens_per_step_gain": rules[best]["tokens_per_step"] / rules[engine_rule]["tokens_per_step"],
+           "counters_expected": rules[engine_rule]["mean_acceptance_length_capped" if engine == "llamacpp"
+                                                   else "tokens_per_step"],
            "engine": counters}
     return out

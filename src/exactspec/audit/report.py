@@ -51,8 +51,10 @@ def markdown(r: dict) -> str:
                       f"{a['draft_cost']:.3f}: {e['predicted_speedup']:.2f}× and {b['predicted_speedup']:.2f}×."]
     if a and a.get("engine"):
         g = a["engine"]
+        expected = f" (its rule predicts {a['counters_expected']:.3f} on these requests)" \
+            if a.get("counters_expected") is not None else ""
         lines += ["", f"The engine's counters during the audit: {g['num_drafts']:.0f} drafts, acceptance rate "
-                      f"{_f(g['acceptance_rate'])}, mean acceptance length {_f(g['mean_acceptance_length'])}, "
+                      f"{_f(g['acceptance_rate'])}, mean acceptance length {_f(g['mean_acceptance_length'])}{expected}, "
                       f"per position {', '.join(f'{x:.3f}' for x in g['per_position_acceptance'])}."]
     return "\n".join(lines) + "\n"
 
