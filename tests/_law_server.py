@@ -14,7 +14,7 @@ Faults (``--fault``): ``temperature:F`` samples at T·F; ``move:D`` moves D of t
 token to the second at every position; ``bonus-q`` draws the bonus token from q instead of p (speculative only);
 ``greedy-flip`` returns the second-best token at the third position under T = 0; ``swap-order`` applies the other
 engine's order of temperature and filters; ``no-ids`` leaves the token ids
-out of its answers; ``no-metrics`` has no /metrics page.
+out of its answers; ``no-metrics`` has no /metrics page. ``--step-ms`` makes its steps cost known times.
 """
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ import argparse
 import json
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import torch
@@ -50,8 +51,9 @@ def _min_p(p: torch.Tensor, min_p: float) -> torch.Tensor:
 
 
 class Sampler:
-    def __init__(self, target, draft, gamma: int, fault: str, banned: list[int]):
+    def __init__(self, target, draft, gamma: int, fault: str, banned: list[int], costs=(0.0, 0.0, 0.0, 0.0)):
         self.target, self.draft, self.gamma, self.fault, self.banned = target, draft, gamma, fault, banned
+        self.costs = costs  # seconds slept: the prompt's pass, a plain step, a speculative step's a and b
         self.lock = threading.Lock()  # one forward at a time: torch on one thread, the tests' server is small
 
     def logits(self, model, ids: list[int], last: int = 1) -> torch.Tensor:  # [last, V] float64
@@ -94,13 +96,14 @@ class Sampler:
         g = torch.Generator().manual_seed(int(seed)) if seed is not None else torch.Generator().manual_seed(
             int(torch.randint(0, 2 ** 62, ()).item()))
         with self.lock:
-            if self.draft is None or float(body.get("temperature", 1.0)) == 0:
+            if self.draft is None or self.fault == "greedy-flip":
                 return self._plain(prompt, n, body, llamacpp, g)
             return self._speculative(prompt, n, body, llamacpp, g, counters)
 
     def _plain(self, prompt, n, body, llamacpp, g) -> list[int]:
         out = []
         for k in range(n):
+            time.sleep(self.costs[0] if k == 0 else self.costs[1])  # a prompt's pass, a plain step
             z = self.logits(self.target, prompt + out)[0]
             x = int(torch.multinomial(self.law(z, body, llamacpp, prompt + out), 1, generator=g))
             if self.fault == "greedy-flip" and float(body.get("temperature", 1.0)) == 0 and k == 2:
@@ -111,6 +114,7 @@ class Sampler:
     def _speculative(self, prompt, n, body, llamacpp, g, counters) -> list[int]:
         out = self._plain(prompt, 1, body, llamacpp, g)  # the first token from the prompt's pass, as engines do
         while len(out) < n:
+            time.sleep(self.costs[2] + self.costs[3] * self.gamma)  # a speculative step: a + b * gamma
             drafts, qs = [], []
             for _ in range(self.gamma):  # the draft proposes gamma tokens sampled from q
                 q = self.law(self.logits(self.draft, prompt + out + drafts)[0], body, llamacpp, prompt + out + drafts)
@@ -143,7 +147,8 @@ def serve(args) -> None:
     target = AutoModelForCausalLM.from_pretrained(args.target, dtype=torch.float64).eval()
     draft = AutoModelForCausalLM.from_pretrained(args.draft, dtype=torch.float64).eval() if args.draft else None
     eos = target.config.eos_token_id
-    sampler = Sampler(target, draft, args.gamma, args.fault, [eos] if isinstance(eos, int) else list(eos or []))
+    costs = tuple(float(x) / 1e3 for x in args.step_ms.split(",")) if args.step_ms else (0.0,) * 4
+    sampler = Sampler(target, draft, args.gamma, args.fault, [eos] if isinstance(eos, int) else list(eos or []), costs)
     llamacpp = args.dialect == "llamacpp"
     prefix = "llamacpp:spec_decode_" if llamacpp else "vllm:spec_decode_"
     registry = CollectorRegistry()
@@ -152,6 +157,10 @@ def serve(args) -> None:
                 "accepted": Counter(prefix + "num_accepted_tokens", "accepted", registry=registry),
                 "per_pos": Counter(prefix + "num_accepted_tokens_per_pos", "per position", ["position"],
                                    registry=registry)}
+
+    if draft is not None:  # every draft position's counter exists from the start, as vLLM's do
+        for i in range(args.gamma):
+            counters["per_pos"].labels(position=str(i))
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *a):
@@ -205,5 +214,7 @@ if __name__ == "__main__":
     ap.add_argument("--dialect", choices=("vllm", "llamacpp"), default="vllm")
     ap.add_argument("--name", default="tiny")
     ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--step-ms", help="PREFILL,PLAIN,A,B: milliseconds slept per prompt pass, plain step, and "
+                                      "speculative step (A + B * gamma), so an engine's costs are known")
     serve(ap.parse_args())
     sys.exit(0)

@@ -50,6 +50,12 @@ def register(subparsers) -> None:
     eng.add_argument("--spec-draft-p-min", type=real(0, 1), metavar="P",
                      help="llama.cpp: drafting stops below this top-10 draft probability (default 0, the server's)")
     eng.add_argument("--audit", metavar="FILE", help="an `exactspec audit --json` report: its verdict beside the config")
+    eng.add_argument("--engine-url", action="append", metavar="URL",
+                     help="a running --engine server, repeatable: one with speculation off and speculative ones at two "
+                          "draft lengths or more (same target); greedy requests at batch 1 time a step, fitted as "
+                          "a + b*gamma, so rows give the engine's own tokens/s and speedup (docs/engines.md)")
+    eng.add_argument("--engine-profile", metavar="FILE",
+                     help="with --engine-url: store the engine's measured costs here; alone: price with them")
     eng.add_argument("--context", type=integer(1), default=4096, metavar="N",
                      help="tokens per slot for the draft's KV-cache estimate (default 4096)")
     live = p.add_argument_group("live (vLLM or llama.cpp's server)")
@@ -89,6 +95,14 @@ def run(args) -> int:
     for opt in ("spec_draft_n_min", "spec_draft_p_min"):
         if getattr(args, opt) is not None and args.engine != "llamacpp":
             raise ValueError(f"--{opt.replace('_', '-')} is llama.cpp's: give --engine llamacpp")
+    if (args.engine_url or args.engine_profile) and (args.engine == "exactspec" or args.metrics or
+                                                     args.cost is not None or args.profile):
+        raise ValueError("--engine-url / --engine-profile price an engine's plan: give --engine vllm|llamacpp|sglang, "
+                         "and no --cost, --profile or --metrics")
+    if args.engine_profile and not args.engine_url:
+        from exactspec.audit.enginecosts import load
+
+        load(args.engine_profile)  # a bad file fails before any model loads
     audit = _audit(args.audit) if args.audit else None  # read before any model loads or a server is scraped
     if args.metrics:
         offline = [f for f in ("target", "pair", "draft", "prompts") if getattr(args, f)] + \
@@ -140,7 +154,17 @@ def _offline(args, sizes, audit=None) -> int:
             from exactspec.cli.progress import interrupted
 
             return interrupted("plan", f"no prompt measured yet (of {len(prompts)}); nothing to plan", progress)
-        costs, notes, stopped_costs = given or _costs(args, sizes, target, draft, progress, measure=not stopped)
+        profile = None
+        if args.engine_url or args.engine_profile:
+            from exactspec.audit.enginecosts import engine_costs
+
+            profile, costs, notes = engine_costs(args.engine_url, args.engine_profile, args.engine,
+                                                 [tok(p)["input_ids"] for p in prompts],
+                                                 max_tokens=args.max_new_tokens, temperature=args.temperature,
+                                                 progress=progress)
+            stopped_costs = False
+        else:
+            costs, notes, stopped_costs = given or _costs(args, sizes, target, draft, progress, measure=not stopped)
     drafter = "prompt_lookup" if args.prompt_lookup else "draft_model"
     if args.engine == "exactspec":
         out = plan_offline(acc, costs, lambda g: engine_configs(g, drafter=drafter, target=target_path,
@@ -153,6 +177,10 @@ def _offline(args, sizes, audit=None) -> int:
         out = plan_engine(acc, args.engine, costs, _settings(args), draft_method=args.draft_sample_method,
                           target=t_eng, draft=d_eng)
         draft_path = d_eng if d_eng and d_eng.endswith(".gguf") else draft_path
+        if profile is not None:
+            from exactspec.audit.enginecosts import annotate
+
+            out = annotate(out, profile) | {"pricing": "the engine's own costs, measured live"}
     out = {"engine": args.engine} | out
     _details(args, out, acc, costs, categories, draft, draft_path)
     out["measured"] = {"prompts": len(acc.texts), "tokens_written": acc.tokens, "temperature": args.temperature,

@@ -1,0 +1,81 @@
+"""`plan --engine --engine-url`: an engine's step costs measured over HTTP (a plain server and speculative ones at two
+draft lengths, greedy, batch 1), fitted as a + b·γ, price its plan; they predict a server at another γ started
+afterwards. The servers are the tests' own (tests/_law_server.py), whose steps sleep known times."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from _audit_servers import law_server, make_models
+from exactspec.audit import enginecosts
+from exactspec.cli import main
+
+MS = "4,8,10,5"  # a prompt's pass 4 ms, a plain step 8 ms, a speculative step 10 + 5·γ ms
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return make_models(tmp_path_factory.mktemp("enginecosts"))
+
+
+@pytest.fixture(autouse=True)
+def no_pause(monkeypatch):
+    monkeypatch.setattr(enginecosts, "PAUSE_S", 0.0)  # the tests' server does not spin after a request
+
+
+def plan(capsys, tiny, *extra):
+    rc = main(["plan", "--engine", "vllm", "--target", str(tiny / "target"), "--draft", str(tiny / "draft"),
+               "--prompts", str(tiny / "prompts.json"), "--max-new-tokens", "24", "--max-gamma", "6",
+               "--tree-nodes", "0", "--draft-sample-method", "greedy", "--json", *extra])
+    out, err = capsys.readouterr()
+    return rc, (json.loads(out) if rc == 0 else err)
+
+
+def test_costs_fitted_on_two_gammas_predict_a_third_server(tiny, capsys, tmp_path):
+    spec = ["--target", str(tiny / "target"), "--draft", str(tiny / "draft"), "--step-ms", MS]
+    with law_server("--target", str(tiny / "target"), "--step-ms", MS) as plain, \
+            law_server(*spec, "--gamma", "2") as g2, law_server(*spec, "--gamma", "3") as g3:
+        rc, out = plan(capsys, tiny, "--engine-url", plain, "--engine-url", g2, "--engine-url", g3,
+                       "--engine-profile", str(tmp_path / "engine.json"))
+    assert rc == 0, out
+    costs = out["engine_costs"]
+    assert costs["engine"] == "vllm" and 0.004 <= costs["b"] <= 0.008  # 5 ms slept per drafted token, its forward
+    assert out["pricing"] == "the engine's own costs, measured live" and "recommendation" in out
+    with law_server(*spec, "--gamma", "4") as g4, law_server("--target", str(tiny / "target"), "--step-ms", MS) as p:
+        ids = [[int(t[1:]) + 3 for t in prompt.split()] for prompt in json.loads((tiny / "prompts.json").read_text())]
+        live4 = enginecosts.measure_server(g4, ids, max_tokens=24, repeats=3, pause=0.0)
+        live0 = enginecosts.measure_server(p, ids, max_tokens=24, repeats=3, pause=0.0)
+    row = out["rows"][3]
+    assert row["gamma"] == 4
+    assert row["expected_tokens"] == pytest.approx(live4["tokens_per_step"], rel=0.05)
+    measured = (live4["tokens"] / live4["seconds"]) / (live0["tokens"] / live0["seconds"])
+    assert row["predicted_speedup"] == pytest.approx(measured, rel=0.10)
+    assert row["tokens_per_second"] == pytest.approx(live4["tokens"] / live4["seconds"], rel=0.10)
+    # the stored profile prices the same plan without any server
+    rc, again = plan(capsys, tiny, "--engine-profile", str(tmp_path / "engine.json"))
+    assert rc == 0 and [r["predicted_speedup"] for r in again["rows"]] == [r["predicted_speedup"] for r in out["rows"]]
+
+
+def test_do_not_speculate_when_no_draft_length_pays(tiny, capsys):
+    slow = "2,4,20,8"  # speculative steps far dearer than plain ones
+    spec = ["--target", str(tiny / "target"), "--draft", str(tiny / "draft"), "--step-ms", slow]
+    with law_server("--target", str(tiny / "target"), "--step-ms", slow) as plain, \
+            law_server(*spec, "--gamma", "2") as g2, law_server(*spec, "--gamma", "3") as g3:
+        rc, out = plan(capsys, tiny, "--engine-url", plain, "--engine-url", g2, "--engine-url", g3)
+    assert rc == 0 and out["speculation_helps"] is False
+    assert out["recommendation"].startswith("do not speculate on vllm")
+
+
+def test_engine_costs_need_a_plain_server_and_two_gammas(tiny, capsys, tmp_path):
+    spec = ["--target", str(tiny / "target"), "--draft", str(tiny / "draft")]
+    with law_server(*spec, "--gamma", "2") as g2, law_server("--target", str(tiny / "target")) as plain:
+        rc, err = plan(capsys, tiny, "--engine-url", plain, "--engine-url", g2)
+        assert rc == 2 and "two draft lengths at least" in err
+        rc, err = plan(capsys, tiny, "--engine-url", g2)
+        assert rc == 2 and "speculation off" in err
+    rc, err = plan(capsys, tiny, "--engine-profile", str(tmp_path / "missing.json"))
+    assert rc == 2 and "cannot read --engine-profile" in err
+    rc = main(["plan", "--target", str(tiny / "target"), "--draft", str(tiny / "draft"), "--prompts",
+               str(tiny / "prompts.json"), "--engine-url", "http://127.0.0.1:1"])
+    assert rc == 2 and "--engine vllm|llamacpp|sglang" in capsys.readouterr().err
