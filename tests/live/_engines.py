@@ -78,8 +78,10 @@ def vllm(log: pathlib.Path, spec: dict | None = None, fix: bool = False):
     return _process(cmd, env, f"http://127.0.0.1:{port}", "/v1/models", 600, log)
 
 
-def llama_server(log: pathlib.Path, draft: bool = False, n_max: int = 4):
-    """llama.cpp's server on the stdlib pair's f16 GGUF files, with ``--metrics``; ``draft``: draft-simple."""
+def llama_server(log: pathlib.Path, draft: bool = False, n_max: int = 4, synth_rates: str | None = None):
+    """llama.cpp's server on the stdlib pair's f16 GGUF files, with ``--metrics``; ``draft``: draft-simple;
+    ``synth_rates`` (one rate per draft position): its benchmarking mode that keeps drafts at those rates whatever
+    the target says, a ready "not exact" server."""
     from exactspec.bench.llamacpp_peers import peer_binaries
     from exactspec.pairs.gguf import stdlib_gguf
 
@@ -91,4 +93,6 @@ def llama_server(log: pathlib.Path, draft: bool = False, n_max: int = 4):
     if draft:
         cmd += ["-md", str(draft_file), "--spec-type", "draft-simple", "--spec-draft-n-max", str(n_max),
                 "-td", "2", "-tbd", "2"]
+        if synth_rates:
+            cmd += ["--spec-synth-len", str(n_max), "--spec-synth-rates", synth_rates]
     return _process(cmd, dict(os.environ), f"http://127.0.0.1:{port}", "/health", 180, log)

@@ -6,7 +6,7 @@ On prompts no test had seen (benchmarks/prompts/audit/unseen_audit1.json), 4 pro
 - vLLM's draft-model speculation at T = 1, greedy and sampled drafts: not exact (its CPU build's fault);
 - the same with the fault replaced by the plugin engines/vllm_exact_sampling: exact;
 - vLLM's speculation at T = 0: greedy_equal;
-- llama.cpp's server with a draft at T = 1: exact;
+- llama.cpp's server with a draft at T = 1: exact; in its blind-acceptance benchmarking mode: not exact;
 each audit within 10 minutes, sampling included. The reports are written under $EXACTSPEC_LIVE_OUT (default: a
 temporary folder); docs/audit.md quotes them.
 """
@@ -86,3 +86,12 @@ def test_llamacpp_server_with_a_draft_is_exact_at_t1(out):
         r = audit(url, out, "llamacpp_draft_t1", "--temperature", "1", "--draft", "stdlib", "--gamma", "4")
     assert r["engine"] == "llamacpp" and r["verdict"] == "exact" and r["_wall_s"] < LIMIT_S
     assert r["acceptance"]["engine"]["num_drafts"] > 0
+
+
+def test_llamacpp_servers_blind_acceptance_mode_is_not_exact(out):
+    """--spec-synth-rates keeps drafts at fixed rates whatever the target says (a benchmarking mode)."""
+    from _engines import llama_server
+
+    with llama_server(out / "llamacpp_synth.log", draft=True, synth_rates="0.5,0.5,0.5,0.5") as url:
+        r = audit(url, out, "llamacpp_synth_t1", "--temperature", "1", "--samples", "150")
+    assert r["verdict"] == "not exact" and r["_rc"] == 1

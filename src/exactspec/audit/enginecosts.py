@@ -133,14 +133,6 @@ def load(path: str) -> dict:
     return profile
 
 
-def predict(profile: dict, gamma: int, tokens_per_step: float) -> dict:
-    """The engine's tokens per second and speedup over its own plain decoding at γ."""
-    step = profile["a"] + profile["b"] * gamma
-    return {"gamma": gamma, "tokens_per_second": tokens_per_step / step,
-            "plain_tokens_per_second": 1.0 / profile["t_plain"],
-            "speedup": tokens_per_step * profile["t_plain"] / step}
-
-
 def engine_costs(urls: list[str] | None, profile_path: str | None, engine: str, prompts: list[list[int]], *,
                  max_tokens: int, repeats: int = 3, temperature: float = 0.0, progress=None) -> tuple[dict, list, list[str]]:
     """``(profile, [(1, CostModel)], notes)`` for `plan --engine`: measured at ``urls`` (and stored at
@@ -168,8 +160,9 @@ def annotate(out: dict, profile: dict) -> dict:
     """The plan's rows with the engine's tokens per second; the recommendation, "do not speculate" included."""
     plain = 1.0 / profile["t_plain"]
     out["notes"] = [n for n in out.get("notes", []) if not n.startswith("predicted speedups are priced by")]
-    for row in out.get("rows", []):
-        row["tokens_per_second"] = predict(profile, row["gamma"], row["expected_tokens"])["tokens_per_second"]
+    for row in out.get("rows", []):  # the plan's own speedup (its replay's step lengths) at the plain rate
+        if row.get("predicted_speedup") is not None:
+            row["tokens_per_second"] = row["predicted_speedup"] * plain
     out["engine_costs"] = {k: profile[k] for k in ("engine", "model", "t_plain", "a", "b")} | {
         "plain_tokens_per_second": plain,
         "measured": [{k: m[k] for k in ("url", "gamma", "tokens_per_step", "t_prefill") if k in m} |

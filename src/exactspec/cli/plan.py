@@ -14,6 +14,7 @@ import time
 
 from exactspec.cli import integer, pair, real
 from exactspec.cli.backend import add_backend, backend_for
+from exactspec.cli.plancosts import batch_sizes as _batch_sizes, costs as _costs, engine_costs as _engine_costs
 from exactspec.cli.planview import emit as _emit
 
 ENGINES = ("exactspec", "vllm", "llamacpp", "sglang")
@@ -156,12 +157,7 @@ def _offline(args, sizes, audit=None) -> int:
             return interrupted("plan", f"no prompt measured yet (of {len(prompts)}); nothing to plan", progress)
         profile = None
         if args.engine_url or args.engine_profile:
-            from exactspec.audit.enginecosts import engine_costs
-
-            profile, costs, notes = engine_costs(args.engine_url, args.engine_profile, args.engine,
-                                                 [tok(p)["input_ids"] for p in prompts],
-                                                 max_tokens=args.max_new_tokens, temperature=args.temperature,
-                                                 progress=progress)
+            profile, costs, notes = _engine_costs(args, [tok(p)["input_ids"] for p in prompts], progress)
             stopped_costs = False
         else:
             costs, notes, stopped_costs = given or _costs(args, sizes, target, draft, progress, measure=not stopped)
@@ -324,58 +320,6 @@ def read_prompts(path: str) -> list[str]:
     from exactspec.deploy.prompts import read_prompt_file
 
     return list(read_prompt_file(path))
-
-
-def _batch_sizes(text: str | None) -> list[int] | None:
-    if text is None:
-        return None
-    try:
-        sizes = [int(s) for s in text.split(",") if s.strip()]
-    except ValueError:
-        raise ValueError(f"--batch-sizes must be comma-separated integers >= 1, got {text!r}") from None
-    if not sizes or min(sizes) < 1:
-        raise ValueError(f"--batch-sizes must be comma-separated integers >= 1, got {text!r}")
-    return list(dict.fromkeys(sizes))
-
-
-def _costs(args, sizes, target=None, draft=None, progress=None, measure=True) -> tuple[list, list[str], bool]:
-    """[(batch size, cost)], notes, and whether Ctrl-C stopped the measuring. Offline without a cost: measured
-    here (bare forwards), one batch size at a time; after a Ctrl-C (`measure` False), or for the batch sizes a
-    Ctrl-C left unmeasured, none (acceptance only)."""
-    from exactspec.deploy.costprofile import CostProfile
-
-    lookup = bool(getattr(args, "prompt_lookup", False))
-    if args.cost is not None:
-        return [(b, float(args.cost)) for b in sizes or [1]], [
-            f"cost: the paper's model, a step drafting gamma tokens costs gamma*{args.cost:g} + 1 target steps"], False
-    if args.profile:
-        prof = CostProfile.load(args.profile)
-        picked = [(b, prof.cost(b)) for b in sizes or prof.batch_sizes]
-        note = f"cost: profile {args.profile}" + (" (calibrated on exactspec's loop)"
-                                                  if prof.metadata.get("calibrated") else " (bare forward passes)")
-        if prof.metadata.get("partial"):
-            note += " (a partial profile: its measuring was interrupted)"
-        return [(b, cm.without_draft() if lookup else cm) for b, cm in picked], [note], False
-    if target is None or not measure:
-        return [(b, None) for b in sizes or [1]], [
-            "no --cost or --profile: acceptance only, no gamma recommended" if target is None else
-            "cost not measured (interrupted): acceptance only, no gamma recommended"], False
-    measured, stopped = {}, False
-    if progress is not None:
-        progress.start(len(sizes or [1]), "measuring the cost per batch size (bare forward passes)")
-    try:
-        for b in sizes or [1]:
-            measured[b] = CostProfile.measure(target, draft, batch_sizes=[b], repeats=3).cost(b)
-            if progress is not None:
-                progress.unit(f"batch size {b}")
-    except KeyboardInterrupt:
-        stopped = True
-    note = "cost: measured on this machine now (bare forward passes); pass --profile from the deployment machine"
-    if stopped:
-        note += f"; interrupted: batch sizes {[b for b in sizes or [1] if b not in measured]} not costed"
-    # A plan mixes no measured and unmeasured batch sizes: the costed ones, else none (acceptance only).
-    costs = [(b, measured[b]) for b in sizes or [1] if b in measured] or [(b, None) for b in sizes or [1]]
-    return costs, [note], stopped
 
 
 # --------------------------------------------------------------------------------------------- live
