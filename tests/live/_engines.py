@@ -94,5 +94,5 @@ def llama_server(log: pathlib.Path, draft: bool = False, n_max: int = 4, synth_r
         cmd += ["-md", str(draft_file), "--spec-type", "draft-simple", "--spec-draft-n-max", str(n_max),
                 "-td", "2", "-tbd", "2"]
         if synth_rates:
-            cmd += ["--spec-synth-len", str(n_max), "--spec-synth-rates", synth_rates]
+            cmd += ["--spec-synth-rates", synth_rates]  # (--spec-synth-len is the alternative: not both)
     return _process(cmd, dict(os.environ), f"http://127.0.0.1:{port}", "/health", 180, log)

@@ -121,16 +121,24 @@ def save(profile: dict, path: str) -> None:
 
 
 def load(path: str) -> dict:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            profile = json.load(fh)
-    except OSError as exc:
-        raise ValueError(f"cannot read --engine-profile {path!r}: {exc.strerror or exc}") from None
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"--engine-profile {path!r} is not JSON: {exc}") from None
+    from exactspec.verification.checks import read_json_file
+
+    profile = read_json_file("--engine-profile", path)
     if not isinstance(profile, dict) or profile.get("format") != FORMAT:
         raise ValueError(f"--engine-profile {path!r} is not an engine profile ({FORMAT}); make one with --engine-url")
     return profile
+
+
+def request_speedup(profile: dict, gamma: int, tokens_per_step: float) -> float:
+    """A whole request's time on the plain server over the speculative one at γ, for requests as long as those
+    timed: each pays its prompt's pass (the speculative servers' measured mean: the draft has a prompt to read
+    too), then N − 1 tokens at the plain rate or in steps of a + b·γ."""
+    plain = next(m for m in profile["measured"] if m["gamma"] is None)
+    spec = [m["t_prefill"] for m in profile["measured"] if m["gamma"] is not None]
+    n = plain["max_tokens"] - 1
+    t_plain = plain["t_prefill"] + n * profile["t_plain"]
+    t_spec = sum(spec) / len(spec) + n / tokens_per_step * (profile["a"] + profile["b"] * gamma)
+    return t_plain / t_spec
 
 
 def engine_costs(urls: list[str] | None, profile_path: str | None, engine: str, prompts: list[list[int]], *,
@@ -163,6 +171,7 @@ def annotate(out: dict, profile: dict) -> dict:
     for row in out.get("rows", []):  # the plan's own speedup (its replay's step lengths) at the plain rate
         if row.get("predicted_speedup") is not None:
             row["tokens_per_second"] = row["predicted_speedup"] * plain
+            row["predicted_request_speedup"] = request_speedup(profile, row["gamma"], row["expected_tokens"])
     out["engine_costs"] = {k: profile[k] for k in ("engine", "model", "t_plain", "a", "b")} | {
         "plain_tokens_per_second": plain,
         "measured": [{k: m[k] for k in ("url", "gamma", "tokens_per_step", "t_prefill") if k in m} |

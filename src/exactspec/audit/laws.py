@@ -102,17 +102,23 @@ def _argmax_law(z: np.ndarray) -> np.ndarray:
     return out
 
 
+def _biased(logits: np.ndarray, s: Settings, seen, banned) -> np.ndarray:
+    """Both engines begin alike: banned tokens (llama.cpp's ignore_eos) at -inf, then the repetition penalty."""
+    z = np.asarray(logits, dtype=np.float64)
+    if banned is not None and banned.any():
+        z = np.where(banned, _NEG, z)
+    if s.repetition_penalty != 1.0:
+        z = _penalise(z, seen, s.repetition_penalty)
+    return z
+
+
 # ------------------------------------------------------------------------------------------ the laws
 def vllm_law(logits: np.ndarray,  # [N, V] the target's logits at N positions
              s: Settings,
              seen: np.ndarray | None = None,  # [N, V] bool: in the prompt or the output so far
              banned: np.ndarray | None = None) -> np.ndarray:  # [V] bool; vLLM's ignore_eos bans nothing
     """vLLM's law at one request's settings: penalties, temperature, min-p, top-k, top-p. ``[N, V]`` float64."""
-    z = np.asarray(logits, dtype=np.float64)
-    if banned is not None and banned.any():
-        z = np.where(banned, _NEG, z)
-    if s.repetition_penalty != 1.0:
-        z = _penalise(z, seen, s.repetition_penalty)
+    z = _biased(logits, s, seen, banned)
     if s.greedy:
         return _argmax_law(z)
     z = _min_p(z / s.temperature, s.min_p)
@@ -124,11 +130,7 @@ def llamacpp_law(logits: np.ndarray,  # [N, V]
                  seen: np.ndarray | None = None,  # [N, V] bool: in the last repeat_last_n tokens
                  banned: np.ndarray | None = None) -> np.ndarray:  # [V] bool: EOG tokens under ignore_eos
     """llama.cpp's server law: bias, penalties, top-k, top-p, min-p, then the temperature. ``[N, V]`` float64."""
-    z = np.asarray(logits, dtype=np.float64)
-    if banned is not None and banned.any():
-        z = np.where(banned, _NEG, z)
-    if s.repetition_penalty != 1.0:
-        z = _penalise(z, seen, s.repetition_penalty)
+    z = _biased(logits, s, seen, banned)
     if s.greedy:
         return _argmax_law(z)
     z = _min_p(_top_p(_top_k(z, s.top_k), s.top_p), s.min_p)

@@ -131,24 +131,3 @@ def greedy_verdict(mismatches: list[dict], near_tie: float = NEAR_TIE) -> str:
     if not mismatches:
         return "exact"
     return "inconclusive" if all(m["margin"] <= near_tie for m in mismatches) else "not exact"
-
-
-def worst_tokens(tokens: np.ndarray,  # [n] sampled ids
-                 probs_of: "callable",  # index array -> [len, V] laws of those values
-                 positions: np.ndarray,  # [n]
-                 prompts: np.ndarray,  # [n]
-                 top: int = 8) -> list[dict]:
-    """Where observed counts depart most from expected ones: for each (prompt, position), each token's observed
-    count against the sum of its probabilities over the samples there, ranked by Pearson residual."""
-    rows = []
-    for j in np.unique(prompts):
-        for k in np.unique(positions[prompts == j]):
-            idx = np.flatnonzero((prompts == j) & (positions == k))
-            expected = probs_of(idx).sum(axis=0)  # [V]
-            observed = np.bincount(tokens[idx], minlength=len(expected)).astype(float)
-            resid = (observed - expected) / np.sqrt(np.maximum(expected, 0.5))
-            for v in np.argsort(-np.abs(resid))[:2]:
-                rows.append({"prompt": int(j), "position": int(k) + 1, "token": int(v), "observed": int(observed[v]),
-                             "expected": float(expected[v]), "residual": float(resid[v])})
-    rows.sort(key=lambda r: -abs(r["residual"]))
-    return rows[:top]

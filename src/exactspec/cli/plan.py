@@ -8,7 +8,6 @@ Live: `--metrics URL|FILE` (alias `--vllm-metrics`; exactspec.deploy.enginemetri
 """
 from __future__ import annotations
 
-import json
 import math
 import time
 

@@ -8,7 +8,6 @@ costs, which only the engine can tell; the plan says so.
 """
 from __future__ import annotations
 
-import json
 import math
 import re
 
@@ -155,13 +154,9 @@ def _notes(engine: str, rule: str, s: EngineSettings, acc: OfflineAcceptance) ->
 # ----------------------------------------------------------------------------------------------- audit
 def read_audit(path: str) -> dict:
     """An ``exactspec audit --json`` report (``verdict``, ``engine``, ``settings``, ``p_value``); errors name --audit."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except OSError as exc:
-        raise ValueError(f"cannot read --audit {path!r}: {exc.strerror or exc}") from None
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"--audit {path!r} is not JSON: {exc}") from None
+    from exactspec.verification.checks import read_json_file
+
+    data = read_json_file("--audit", path)
     if not isinstance(data, dict) or data.get("verdict") not in ("exact", "not exact", "inconclusive"):
         raise ValueError(f"--audit {path!r} is not an `exactspec audit --json` report (no verdict 'exact', "
                          "'not exact' or 'inconclusive')")

@@ -206,3 +206,16 @@ def flatten(x) -> list:
         else:
             flat.append(v)
     return flat
+
+
+def read_json_file(option: str, path: str):
+    """The JSON in the file at ``path``; a missing, unreadable or malformed file is a ValueError naming ``option``."""
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except OSError as exc:
+        raise ValueError(f"cannot read {option} {path!r}: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{option} {path!r} is not JSON: {exc}") from None
