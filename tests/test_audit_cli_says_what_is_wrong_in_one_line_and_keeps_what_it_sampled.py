@@ -99,7 +99,9 @@ def test_ctrl_c_reports_what_was_sampled(tiny, tmp_path):
                                  "--prompts", str(tiny / "prompts.json"), "--samples", "5000", "--json",
                                  "--concurrency", "2"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                                # a background job (CI) inherits SIGINT ignored: give the command Python's handler
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         seen = ""
         deadline = time.time() + 120
         while "samples (" not in seen and time.time() < deadline:  # wait for the first progress line

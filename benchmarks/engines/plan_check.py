@@ -116,9 +116,9 @@ def main() -> None:
 def rescore(out: pathlib.Path) -> list[dict]:
     """The checks of a finished run, its predictions recomputed by the current code from its stored plan and
     profile (the measurements unchanged)."""
-    from exactspec.audit.enginecosts import request_speedup
+    from exactspec.audit.enginecosts import fit, request_speedup
 
-    profile = json.loads((out / "profile.json").read_text())
+    profile = fit(json.loads((out / "profile.json").read_text())["measured"])  # the current fit of those timings
     rows = {r["gamma"]: r for r in json.loads((out / "plan.json").read_text())["rows"]}
     checks = json.loads((out / "check.json").read_text())
     for c in checks:

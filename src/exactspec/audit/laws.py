@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Settings", "LAWS", "vllm_law", "llamacpp_law", "pit"]
+__all__ = ["Settings", "LAWS", "vllm_law", "llamacpp_law", "biased_logits", "pit"]
 
 _NEG = -np.inf
 
@@ -102,7 +102,7 @@ def _argmax_law(z: np.ndarray) -> np.ndarray:
     return out
 
 
-def _biased(logits: np.ndarray, s: Settings, seen, banned) -> np.ndarray:
+def biased_logits(logits: np.ndarray, s: Settings, seen, banned) -> np.ndarray:
     """Both engines begin alike: banned tokens (llama.cpp's ignore_eos) at -inf, then the repetition penalty."""
     z = np.asarray(logits, dtype=np.float64)
     if banned is not None and banned.any():
@@ -118,7 +118,7 @@ def vllm_law(logits: np.ndarray,  # [N, V] the target's logits at N positions
              seen: np.ndarray | None = None,  # [N, V] bool: in the prompt or the output so far
              banned: np.ndarray | None = None) -> np.ndarray:  # [V] bool; vLLM's ignore_eos bans nothing
     """vLLM's law at one request's settings: penalties, temperature, min-p, top-k, top-p. ``[N, V]`` float64."""
-    z = _biased(logits, s, seen, banned)
+    z = biased_logits(logits, s, seen, banned)
     if s.greedy:
         return _argmax_law(z)
     z = _min_p(z / s.temperature, s.min_p)
@@ -130,7 +130,7 @@ def llamacpp_law(logits: np.ndarray,  # [N, V]
                  seen: np.ndarray | None = None,  # [N, V] bool: in the last repeat_last_n tokens
                  banned: np.ndarray | None = None) -> np.ndarray:  # [V] bool: EOG tokens under ignore_eos
     """llama.cpp's server law: bias, penalties, top-k, top-p, min-p, then the temperature. ``[N, V]`` float64."""
-    z = _biased(logits, s, seen, banned)
+    z = biased_logits(logits, s, seen, banned)
     if s.greedy:
         return _argmax_law(z)
     z = _min_p(_top_p(_top_k(z, s.top_k), s.top_p), s.min_p)

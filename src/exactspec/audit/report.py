@@ -16,7 +16,8 @@ def markdown(r: dict) -> str:
     lines = [f"# exactspec audit: {r['verdict']}", "",
              f"{r['engine']} at {r['url']} (serving {r.get('served_model') or '?'}), against --target {r['target']}; "
              f"settings {', '.join(r['settings'])}; {r['samples']} samples over {r['prompts']} prompts "
-             f"({r['samples_asked']} asked{', interrupted' if r['partial'] else ''}), {r['max_tokens']} tokens each.", ""]
+             f"({r['samples_asked']} asked{', interrupted' if r['partial'] else ''}), "
+             f"{r['max_tokens']} tokens each.", ""]
     if r.get("greedy_equal") is not None:
         lines.append(f"- greedy: the engine's tokens {'equal' if r['greedy_equal'] else 'differ from'} the target's "
                      f"argmax ({r['tokens_tested']} tokens; {r.get('greedy_mismatch_count', 0)} sequences differ)")
@@ -54,7 +55,8 @@ def markdown(r: dict) -> str:
         expected = f" (its rule predicts {a['counters_expected']:.3f} on these requests)" \
             if a.get("counters_expected") is not None else ""
         lines += ["", f"The engine's counters during the audit: {g['num_drafts']:.0f} drafts, acceptance rate "
-                      f"{_f(g['acceptance_rate'])}, mean acceptance length {_f(g['mean_acceptance_length'])}{expected}, "
+                      f"{_f(g['acceptance_rate'])}, mean acceptance length "
+                      f"{_f(g['mean_acceptance_length'])}{expected}, "
                       f"per position {', '.join(f'{x:.3f}' for x in g['per_position_acceptance'])}."]
     return "\n".join(lines) + "\n"
 

@@ -15,12 +15,13 @@ import numpy as np
 
 from exactspec.audit import stats
 from exactspec.audit.acceptance import Tally, compare
-from exactspec.audit.client import Sampled, Server, plan_jobs, sample
+from exactspec.audit.client import Sampled, Server, counters as _counters, plan_jobs, sample
 from exactspec.audit.engines import DIALECTS, ENGINES, detect
-from exactspec.audit.laws import Settings, pit
+from exactspec.audit.laws import Settings, biased_logits, pit
 
 MISMATCH_MARGIN = 1.0  # logits: a first greedy token that differs by more than this is another model, not numerics
-CHUNK = 64  # sequences per local forward pass
+CHUNK = 64  # sequences per local forward pass, at most
+LOGITS_BUDGET = 1 << 24  # float64 logits held at once (128 MiB): long samples over large vocabularies take fewer
 # llama.cpp marks these end-of-generation when the vocabulary has them (llama-vocab.cpp, by text) beside the
 # GGUF's eos/eot/eom ids; its ignore_eos bans them all.
 EOG_TEXTS = ("<|endoftext|>", "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|return|>", "<|call|>",
@@ -67,8 +68,10 @@ class Models:
                                  "--target")
             self.target, self.draft, self.tokenizer = t, (d if draft == target else None), tok
         else:
-            draft_path = None if draft in PAIRS else draft
-            self.target, self.draft, self.tokenizer = load_paths(target, draft_path, dtype=torch.float64)
+            if draft in PAIRS:
+                raise ValueError(f"--draft {draft}: a shipped pair's draft goes with its target (--target {draft}); "
+                                 "with a path --target give the draft's path")
+            self.target, self.draft, self.tokenizer = load_paths(target, draft, dtype=torch.float64)
         self.vocab = int(self.target.get_output_embeddings().weight.shape[0])
         self._prefix: dict = {}  # (model, prompt) -> the prompt's KV cache, all but its last token
 
@@ -205,18 +208,6 @@ def _check_same_model(server, dialect, served, models, prompts, banned) -> None:
                              f"is {ids[0]}, --target's is {mine} by a margin of {z[mine] - z[ids[0]]:.2f} logits")
 
 
-def _counters(server: Server):
-    from exactspec.deploy.enginemetrics import parse_spec_counters
-
-    text = server.get_text("/metrics")
-    if text is None:
-        return None
-    try:
-        return parse_spec_counters(text)
-    except ValueError:
-        return None
-
-
 def _seen(prefix: list[int], seq: list[int], n: int, vocab: int, window: int | None) -> np.ndarray:
     """``[n, V]`` bool: the tokens a repetition penalty counts before each of the n sampled positions."""
     out = np.zeros((n, vocab), bool)
@@ -227,18 +218,19 @@ def _seen(prefix: list[int], seq: list[int], n: int, vocab: int, window: int | N
     return out
 
 
-def _law_pass(cfg, dialect, models, prompts, banned, got: Sampled, tally) -> dict:
-    """Every returned token's PIT value (or greedy check) under the engine's law, by local forward passes."""
-    rng = np.random.default_rng(cfg.seed)
+def _law_pass(cfg, dialect, models, prompts, banned, got: Sampled, tally, stream: int = 0) -> dict:
+    """Every returned token's PIT value (or greedy check) under the engine's law, by local forward passes;
+    ``stream`` 1 for the control, whose uniforms must be independent of the engine's."""
+    rng = np.random.default_rng([cfg.seed, stream])
     greedy = cfg.settings[0].greedy
     vals, pxs, pos, prm, sets, toks = [], [], [], [], [], []
-    expected = np.zeros((len(prompts), cfg.max_tokens, models.vocab))
+    expected = np.zeros((len(prompts), cfg.max_tokens, models.vocab), dtype=np.float32)  # counts: float32 is plenty
     mismatches = []
     order = sorted(range(len(got.jobs)), key=lambda i: (got.jobs[i].prompt, got.jobs[i].setting))
-    for a in range(0, len(order), CHUNK):
-        idx = [i for i in order[a:a + CHUNK]]
-        # one local pass per (prompt) group inside the chunk: equal prompt lengths keep `start` shared
-        for j in sorted({got.jobs[i].prompt for i in idx}):
+    chunk = max(1, min(CHUNK, LOGITS_BUDGET // (cfg.max_tokens * models.vocab)))
+    for a in range(0, len(order), chunk):
+        idx = order[a:a + chunk]
+        for j in sorted({got.jobs[i].prompt for i in idx}):  # one local pass per prompt: its cache is shared
             group = [i for i in idx if got.jobs[i].prompt == j]
             conts = [got.tokens[i][:cfg.max_tokens] or [0] for i in group]
             z = models.logits(models.target, prompts[j], conts)  # [c, K', V]
@@ -257,8 +249,8 @@ def _law_pass(cfg, dialect, models, prompts, banned, got: Sampled, tally) -> dic
                 p = dialect.law(z[r, :n], s, seen, banned)  # [n, V]
                 if tally is not None:
                     tally.add(p, dialect.law(zq[r, :n], s, seen, banned), x)
-                if greedy:
-                    zr = np.where(banned, -np.inf, z[r, :n])
+                if greedy:  # the argmax after the engine's bans and penalty, as both engines take it
+                    zr = biased_logits(z[r, :n], s, seen, banned)
                     best = zr.argmax(axis=1)
                     bad = np.flatnonzero(best != x)
                     if len(bad):
@@ -272,7 +264,8 @@ def _law_pass(cfg, dialect, models, prompts, banned, got: Sampled, tally) -> dic
                 pos.append(np.arange(n)), prm.append(np.full(n, j)), sets.append(np.full(n, got.jobs[i].setting))
                 expected[j, :n] += p
     if greedy:
-        return {"greedy": True, "mismatches": mismatches, "tokens": sum(min(len(t), cfg.max_tokens) for t in got.tokens)}
+        tested = sum(min(len(t), cfg.max_tokens) for t in got.tokens)
+        return {"greedy": True, "mismatches": mismatches, "tokens": tested}
     cat = (lambda xs, dt=float: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt))
     return {"greedy": False, "values": cat(vals), "p_of_token": cat(pxs), "positions": cat(pos, int),
             "prompts": cat(prm, int), "settings": cat(sets, int), "tokens": cat(toks, int), "expected": expected}
@@ -328,14 +321,15 @@ def _control(cfg, dialect, models, prompts, banned, law, report, progress) -> di
     try:
         engine, served = _engine(server, cfg.engine or report["engine"])
         _check_same_model(server, DIALECTS[engine], served, models, prompts, banned)
-        jobs = plan_jobs(len(prompts), cfg.samples, len(cfg.settings), cfg.seed if cfg.request_seeds else None)
+        n = len(prompts) * cfg.samples  # the control's request seeds follow the engine's: independent samples
+        jobs = plan_jobs(len(prompts), cfg.samples, len(cfg.settings), cfg.seed + n if cfg.request_seeds else None)
         if progress is not None:
             progress.start(len(jobs), f"control: sampling {len(jobs)} requests")
         got = sample(server, DIALECTS[engine], served, prompts, cfg.settings, jobs, cfg.max_tokens, cfg.concurrency,
                      progress)
     finally:
         server.close()
-    claw = _law_pass(cfg, DIALECTS[engine], models, prompts, banned, got, None)
+    claw = _law_pass(cfg, DIALECTS[engine], models, prompts, banned, got, None, stream=1)
     crep = _report(cfg, engine, served, got, claw, prompts)
     out = {"url": cfg.control, "verdict": crep["verdict"], "p_value": crep["p_value"], "samples": crep["samples"],
            "tokens_tested": crep["tokens_tested"], "greedy_equal": crep.get("greedy_equal")}
@@ -350,6 +344,8 @@ def _control(cfg, dialect, models, prompts, banned, law, report, progress) -> di
     verdict = two["verdict"]
     if verdict == "not exact" and report["verdict"] != "not exact":
         verdict = "inconclusive"  # the control departs from the law, not the speculative engine
+    if report["impossible_tokens"] and not crep["impossible_tokens"]:
+        verdict = "not exact"  # speculation sampled what the law, and the plain engine, never do
     report["verdict"] = verdict
     return out
 

@@ -119,7 +119,8 @@ def two_sample(a: np.ndarray, b: np.ndarray, alpha: float, tolerance: float) -> 
     r = ks_2samp(a, b, method="asymp")  # exact is slow and warns past a few thousand values
     n, m = len(a), len(b)
     crit = math.sqrt(-math.log(alpha / 2.0) / 2.0 * (n + m) / (n * m))  # the asymptotic critical distance
-    see = min(1.0, crit + dkw(n) + dkw(m))
+    half = 1.0 - (1.0 - POWER) / 2.0  # both samples' errors within bounds together with probability POWER
+    see = min(1.0, crit + dkw(n, half) + dkw(m, half))
     p = float(r.pvalue)
     verdict = "not exact" if p < alpha else ("exact" if see <= tolerance else "inconclusive")
     return {"verdict": verdict, "two_sample_p": p, "statistic": float(r.statistic), "detectable_ks_distance": see}
