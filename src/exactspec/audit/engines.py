@@ -26,7 +26,6 @@ REPEAT_LAST_N = 64  # llama.cpp's penalty window: the audit sends it, so the law
 class Dialect:
     name: str
     path: str  # the completion endpoint
-    metrics_prefix: str
     bans_eog_on_ignore_eos: bool  # llama.cpp's ignore_eos removes end tokens from the law; vLLM's does not
     penalty_window: int | None  # tokens a repetition penalty looks back over (None: prompt and output)
 
@@ -60,8 +59,8 @@ class Dialect:
 
 
 DIALECTS = {
-    "vllm": Dialect("vllm", "/v1/completions", "vllm:spec_decode_", False, None),
-    "llamacpp": Dialect("llamacpp", "/completion", "llamacpp:spec_decode_", True, REPEAT_LAST_N),
+    "vllm": Dialect("vllm", "/v1/completions", False, None),
+    "llamacpp": Dialect("llamacpp", "/completion", True, REPEAT_LAST_N),
 }
 
 NO_IDS = {
