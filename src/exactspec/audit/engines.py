@@ -45,6 +45,9 @@ class Dialect:
                 "repeat_last_n": REPEAT_LAST_N, "presence_penalty": 0.0, "frequency_penalty": 0.0,
                 "dry_multiplier": 0.0, "xtc_probability": 0.0, "top_n_sigma": -1.0, "mirostat": 0,
                 "dynatemp_range": 0.0,
+                # the chain's order, sent too: a server started with --samplers, or a GGUF's
+                # general.sampling.sequence, would otherwise reorder what the law assumes
+                "samplers": ["penalties", "top_k", "top_p", "min_p", "temperature"],
                 "seed": seed, "ignore_eos": True, "return_tokens": True, "cache_prompt": True, "stream": False}
 
     def tokens(self, body: dict) -> list[int] | None:
