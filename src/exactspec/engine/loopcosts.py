@@ -9,6 +9,7 @@ import torch
 
 from exactspec.backends.seam import vocab_size
 from exactspec.engine.output import GenerationOutput, GenerationStream
+from exactspec.engine.hfconfig import SamplingConfig, SamplingSpec
 from exactspec.engine.runargs import run_args
 from exactspec.speed.costmodel import CostModel
 
@@ -49,12 +50,20 @@ def loop_priced(gen, batch_size: int = 1, *, sampled: bool = False, new_tokens: 
 
 
 def calibration_run(gen, input_ids, *, gamma: int, max_new_tokens: int, eos_token_id=None, seed=None,
-                    **sampling) -> GenerationOutput:
+                    do_sample: bool = False, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0
+                    ) -> GenerationOutput:
     """A seeded run of `gen` with a fixed `gamma`, or plain steps only with ``gamma=0`` (FixedPolicy(0): the
     draft is never called; ``generate`` takes gamma >= 1). Not through ``gen.stream``, whose wrappers (a CLI's
-    interrupt handling) belong to the user's run."""
-    cfg = run_args(gen, input_ids, None, max_new_tokens, sampling, None, max(gamma, 1), "token", eos_token_id,
+    interrupt handling) belong to the user's run.
+
+    Its law is built here, greedy or plain temperature sampling, never resolved through the target's
+    ``generation_config``: the user's processors (``no_repeat_ngram_size``, ``repetition_penalty``, ``top_p``)
+    on a random text of ours filtered every token out of a 10-token vocabulary and failed the user's first
+    ``gamma="auto"`` call (issue 49)."""
+    law = SamplingConfig(do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p)
+    cfg = run_args(gen, input_ids, None, max_new_tokens, {}, None, max(gamma, 1), "token", eos_token_id,
                    None, seed, None)
+    cfg["spec"] = SamplingSpec(law, cfg["spec"].generator, cfg["spec"].vocab_size, gen.target, max_new_tokens)
     stream = GenerationStream(gen._seeded()._run(**{**cfg, "gamma": gamma}))
     for _ in stream:
         pass
