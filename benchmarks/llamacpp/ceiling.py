@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import ctypes
 import pathlib
 import shutil
 import statistics
@@ -30,10 +31,22 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 from _abcommon import add_common, dump, prompts_of, setup  # noqa: E402
-from draft_type_ab import FTYPES, quantize  # noqa: E402
+
+FTYPES = {"f32": 0, "f16": 1, "q8_0": 7, "q4_0": 2}  # llama.cpp's LLAMA_FTYPE_* values
+
+
+def quantize(src: pathlib.Path, dst: pathlib.Path, kind: str) -> pathlib.Path:
+    """`src` requantized by llama.cpp itself (`llama_model_quantize`) to `kind`, written to `dst`."""
+    from exactspec.backends.llamacppctx import llama
+
+    L = llama()
+    p = L.llama_model_quantize_default_params()
+    p.ftype, p.nthread, p.allow_requantize = FTYPES[kind], 2, True
+    if L.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(p)) != 0:
+        raise SystemExit(f"llama_model_quantize failed for {kind}")
+    return dst
 
 
 def _decode(ctx, toks, pos0: int, last_only: bool = False) -> np.ndarray:

@@ -31,7 +31,7 @@ rows the product itself is the cost, and PyTorch's fp16 products on a CPU are fa
 (measured here, 2026-12-02, the demo draft's nine products per call: 1 row 191 µs fp16, 115 fp32; 4 rows
 384 µs fp16, 156 fp32). Then every weight the forward reads is copied to fp32 once per run (a few MB for
 the demo draft). Exactness does not depend on it; q is whatever this forward computed.
-``EXACTSPEC_DRAFT_UPCAST=0`` keeps the draft's own dtype (benchmarks/bench_batch_draft_dtype.py times both).
+``EXACTSPEC_DRAFT_UPCAST=0`` keeps the draft's own dtype (both timed at batch 4: docs/history.md, r18-r22).
 """
 from __future__ import annotations
 

@@ -215,7 +215,7 @@ def stdlib_gguf(outtype: str = "f16") -> tuple[Path, Path]:
     always, sha256 once per process); a damaged copy is rebuilt, saying so on stderr.
 
     f16 by default: the weights are the pair's own fp16 (nothing is rounded away), and on this project's 2-core
-    VM (llama.cpp 0.3.36, 2 threads, `benchmarks/llamacpp/outtype_check.py`) the f16 files ran exactspec's
+    VM (llama.cpp 0.3.36, 2 threads; docs/history.md, "The llama.cpp backend") the f16 files ran exactspec's
     loop faster than f32 in every system measured: the target alone 1.7x, speculative 1.1-1.3x."""
     from exactspec.backends.cachecheck import file_sha256
 
