@@ -44,16 +44,18 @@ def test_plain_step_exactly_when_the_first_positions_alpha_is_below_the_cost_rat
     """With T_target flat (the paper's model), some gamma >= 1 pays iff alpha > c (speculation_helps)."""
     cost = CostModel(t_draft=c * 0.010, target_times=FLAT)
     left = torch.tensor([10])
-    below = AdaptivePolicy(cost, 8, DraftingState(_at_rate(c - 0.03)), first_gap=1000)
-    above = AdaptivePolicy(cost, 8, DraftingState(_at_rate(c + 0.03)), first_gap=1000)
+    below = AdaptivePolicy(cost, 8, DraftingState(_at_rate(c - 0.03), probe_gap=1000))
+    above = AdaptivePolicy(cost, 8, DraftingState(_at_rate(c + 0.03), probe_gap=1000))
     assert below.model.mean() < c < above.model.mean()
     assert below.next_lengths(left).tolist() == [0]
     assert above.next_lengths(left).tolist()[0] >= 1
 
 
-def test_plain_steps_reprobe_with_growing_gaps_and_drafting_resumes_when_it_pays():
+def test_plain_steps_reprobe_with_growing_gaps_and_drafting_resumes_when_it_pays(monkeypatch):
+    monkeypatch.setattr("exactspec.engine.policy.FIRST_GAP", 2)
+    monkeypatch.setattr("exactspec.engine.policy.MAX_GAP", 16)
     cost = CostModel(t_draft=0.004, target_times={1: 0.010, 2: 0.013, 16: 0.02})
-    policy = AdaptivePolicy(cost, 8, DraftingState(_at_rate(0.05), probe_gap=2), first_gap=2, max_probe_gap=16)
+    policy = AdaptivePolicy(cost, 8, DraftingState(_at_rate(0.05), probe_gap=2))
     drafted = [int(policy.next_lengths(torch.tensor([50])).max()) > 0 for _ in range(60)]
     probes = [i for i, d in enumerate(drafted) if d]
     gaps = np.diff(probes).tolist()
@@ -132,27 +134,27 @@ def _verdict(policy, lengths, accepted, conf=0.9):
                    torch.tensor(accepted))
 
 
-def test_a_few_unlucky_first_verdicts_do_not_turn_drafting_off():
-    """Optimism under uncertainty: a fresh policy whose first draft was rejected at once still probes (the
-    evidence is one verdict), and goes plain only once the evidence says drafting does not pay. Without
-    optimism the same verdict makes every later step plain until the probing gap runs out."""
+def test_a_probe_drafts_the_length_that_pays_at_rates_one_standard_error_up():
+    """The exploration rule: a policy whose few first verdicts say drafting loses steps plainly, and its probe
+    (after the gap) drafts the length that pays at optimistic rates: long while the evidence is one verdict,
+    one token once thirty rejections leave no length paying even optimistically."""
     steep = CostModel(t_draft=0.0012, target_times={1: 0.010, 2: 0.0145, 8: 0.016})  # T(2)/T(1) = 1.45
 
-    def after(verdicts: int, optimism: float) -> int:
-        policy = AdaptivePolicy(steep, 8, DraftingState(probe_gap=1000), optimism=optimism, first_gap=1000)
+    def probe_after(verdicts: int) -> int:
+        policy = AdaptivePolicy(steep, 8, DraftingState(probe_gap=1000))
         for _ in range(verdicts):
             _verdict(policy, [4], [0])
-            policy.next_lengths(torch.tensor([50]))
-        return int(policy.next_lengths(torch.tensor([50])))
+        assert int(policy.next_lengths(torch.tensor([50]))) == 0  # the estimate: no length pays
+        policy.state.since_probe = policy.state.probe_gap  # the gap is up
+        k = int(policy.next_lengths(torch.tensor([50])))
+        assert policy.probing and policy.state.since_probe == 0 and policy.state.probe_gap == 256  # doubled, capped at MAX_GAP
+        return k
 
-    assert after(1, optimism=1.0) > 0 and after(1, optimism=0.0) == 0
-    assert after(30, optimism=1.0) == 0  # thirty rejections: no length pays, even optimistically
-    for bad in (-1.0, float("nan"), "1"):
-        with pytest.raises(ValueError, match="optimism"):
-            AdaptivePolicy(steep, 8, optimism=bad)
+    assert probe_after(1) > 1
+    assert probe_after(30) == 1
 
 
-def test_a_deeper_position_rejected_once_is_still_drafted_while_its_evidence_is_thin():
+def test_a_deeper_position_rejected_once_is_still_drafted_while_its_evidence_is_thin(monkeypatch):
     """Positions after an accepted one are priced at the continuation rate. One early rejection there
     (1 verdict) used to keep every later step at one token, so the rate was never measured again; with
     optimism the next position is still drafted, and after many rejections there it is not."""
@@ -160,7 +162,8 @@ def test_a_deeper_position_rejected_once_is_still_drafted_while_its_evidence_is_
     cost = CostModel(t_draft=0.00105, target_times={1: 0.010, 2: 0.0126, 3: 0.0159, 8: 0.0159, 10: 0.018})
 
     def drafts_second(later_rejections: int, optimism: float) -> bool:
-        policy = AdaptivePolicy(cost, 8, DraftingState(), optimism=optimism)
+        monkey.setattr("exactspec.engine.policy.OPTIMISM", optimism)
+        policy = AdaptivePolicy(cost, 8, DraftingState())
         for ok in [1, 1, 0] * 4:  # the first position is accepted two times in three ...
             _verdict(policy, [1], [ok])
         for _ in range(later_rejections):  # ... the second was rejected after it
@@ -168,6 +171,7 @@ def test_a_deeper_position_rejected_once_is_still_drafted_while_its_evidence_is_
         caps = policy.next_lengths(torch.tensor([50]))
         return bool(policy.include(1, torch.tensor([0.9]), caps)) and policy.more(1)
 
+    monkey = monkeypatch
     assert drafts_second(1, optimism=1.0) and not drafts_second(1, optimism=0.0)
     assert not drafts_second(40, optimism=1.0)
 
@@ -193,7 +197,7 @@ def test_positions_after_an_accepted_one_are_priced_at_the_continuation_rate():
     cost = CostModel(t_draft=0.002, target_times={1: 0.010, 3: 0.011, 9: 0.016})
     policy = AdaptivePolicy(cost, 8)
     for a1, later in ((0.5, 0.9), (0.9, 0.5), (0.3, 0.3), (0.05, 0.99)):
-        rates = [sum([1.0] + [a1 * later ** j for j in range(k)]) / policy.step_time(k) for k in range(9)]
+        rates = [sum([1.0] + [a1 * later ** j for j in range(k)]) / policy.price[k] for k in range(9)]
         k, rate = policy.best_length(a1, later)
         assert rate == pytest.approx(max(rates), rel=1e-12) and rates[k] == pytest.approx(max(rates), rel=1e-12)
 
@@ -240,7 +244,7 @@ def test_seeded_sampled_auto_runs_reproduce_on_a_fresh_generator():
     gen = SpeculativeGenerator(target, draft)
     unseeded = {k: v for k, v in kw.items() if k != "seed"}
     gen.generate(ids, mask, **unseeded, generator=torch.Generator().manual_seed(7))  # an unseeded run learns
-    assert gen._drafting and gen._calibrated  # (acceptance, loop costs) between runs, never inside one
+    assert gen._drafting  # acceptance, between runs, never inside one
     again = gen.generate(ids, mask, **kw)  # a seeded run on it ignores what it learnt: the same tokens
     assert torch.equal(again.sequences, runs[0].sequences)
 

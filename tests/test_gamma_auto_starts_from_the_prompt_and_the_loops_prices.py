@@ -132,15 +132,18 @@ def test_the_engines_plain_run_never_drafts_and_emits_the_targets_tokens():
     assert out.sequences[0, 3:].tolist() == target_greedy(target, [4, 5, 6], 7)
 
 
-def test_an_optimistic_probe_drafts_the_length_it_hopes_pays_and_learns_the_continuation():
+def test_an_optimistic_probe_drafts_the_length_it_hopes_pays_and_learns_the_continuation(monkeypatch):
     # verifying costs little more than one token; a draft call costs a fifth of a plain step: drafting pays
-    # from an acceptance of about 0.75 on; a fresh model (prior 0.7, no verdicts) is unsure either way
+    # from an acceptance of about 0.75 on; a fresh model (prior 0.6, no verdicts) is unsure either way
+    monkeypatch.setattr("exactspec.engine.policy.PRIOR", 0.6)
     cost = CostModel(t_draft=0.006, target_times={1: 0.010, 2: 0.0105, 16: 0.012})
-    policy = AdaptivePolicy(cost, 8, DraftingState())
-    policy.model.prior = 0.6
-    k, _, alpha, hope, hopeful = policy._plan()
-    assert k == 0 and hopeful > 1  # no length pays at the estimates; a longer one would at optimistic rates
-    caps = policy.next_lengths(torch.tensor([50]))
+    policy = AdaptivePolicy(cost, 8, DraftingState(probe_gap=1))
+    m = policy.model
+    assert policy.best_length(m.mean(), m.continuation())[0] == 0  # no length pays at the estimates ...
+    u1, u2 = m.uncertainty()
+    hopeful = policy.best_length(m.mean() + u1, m.continuation() + u2)[0]
+    assert hopeful > 1  # ... a longer one would at optimistic rates
+    caps = policy.next_lengths(torch.tensor([50]))  # the gap (1) is up: a probe
     assert policy.probing and caps.tolist() == [hopeful]
     before = policy.model.uncertainty()[1]
     conf = torch.tensor([0.9])
@@ -151,39 +154,26 @@ def test_an_optimistic_probe_drafts_the_length_it_hopes_pays_and_learns_the_cont
     assert policy.model.later_n > 0 and policy.model.uncertainty()[1] < before  # the continuation was measured
 
 
-def test_a_generator_whose_runs_all_drafted_prices_a_plain_step_at_the_forward_not_at_a_drafting_steps_overhead():
-    target = tiny_lm("llama", seed=0)
-    twin = tiny_lm("llama", seed=0)  # always accepted: every step drafts, none is plain
-    gen = SpeculativeGenerator(target, twin, cost_model=CostModel(1e-7, {1: 1e-6, 16: 1.1e-6}))  # (below the real)
-    out = gen.generate(torch.tensor([[4, 5, 6]]), max_new_tokens=40, do_sample=False, eos_token_id=[],
-                       generator=torch.Generator().manual_seed(0))
-    assert out.stats.plain_steps <= 1 and out.stats.target_calls > 3
-    learnt = gen._cost_model(1)
-    # the run measured what a drafting step costs beyond its forward, and nothing of a plain step: a plain step
-    # stays at the bare forward (the given model's price), not at the drafting step's overhead, which had
-    # priced it dearer than it runs and kept drafting at a loss
-    assert learnt.t_overhead > 0 and learnt.overhead(0) == 0.0
-    assert CostModel(1e-3, {1: 0.01}, t_overhead=0.002).keeping_plain_price(None).overhead(0) == 0.002
-    assert CostModel(1e-3, {1: 0.01}, t_overhead=0.002).keeping_plain_price(None, default=0.0).overhead(0) == 0.0
-
-
-def test_a_run_that_drafted_a_little_is_priced_pooled_with_the_drafting_runs_before_it():
+def test_an_unseeded_generator_prices_every_run_with_the_stored_profile_not_its_own_clocks(monkeypatch, tmp_path):
+    """gamma="auto" re-prices nothing from step times: a generator's later runs price as its first did, with the
+    profile stored on disk (so prices learnt from clocks reach any run only through stored measurements)."""
+    monkeypatch.setenv("EXACTSPEC_CACHE", str(tmp_path))
+    monkeypatch.setattr(profiles, "_IN_PROCESS", {})
     target, draft = _models()
-    base = CostModel(1e-4, {1: 1e-3, 16: 1.2e-3})
-    gen = SpeculativeGenerator(target, draft, cost_model=base)
-    ids, kw = torch.tensor([[4, 5, 6]]), dict(eos_token_id=[], seed=0, do_sample=False)
-    many = calibration_run(gen, ids, gamma=2, max_new_tokens=60, **kw).stats  # >= 20 drafting steps
-    few = calibration_run(gen, ids, gamma=2, max_new_tokens=4, **kw).stats  # a few drafting steps
-    plain = calibration_run(gen, ids, gamma=0, max_new_tokens=8, **kw).stats
-    assert many.target_calls >= 20 and few.target_calls <= 4 and plain.target_calls == plain.plain_steps
-    gen._learn_costs(many, 1, False)
-    assert gen._cost_model(1) == base.calibrate(many).keeping_plain_price(None, default=0.0)
-    before = gen._cost_model(1)
-    gen._learn_costs(few, 1, False)  # a few steps alone would set the price of every step
-    pooled = base.calibrate([few, many]).keeping_plain_price(before, default=0.0)
-    assert gen._cost_model(1) == pooled != base.calibrate(few).keeping_plain_price(None, default=0.0)
-    gen._learn_costs(plain, 1, False)  # a run that drafted nothing is not pooled: it prices plain steps only
-    assert gen._cost_model(1) == pooled.calibrate(plain).keeping_plain_price(pooled, default=0.0)
+    priced = []
+    real = AdaptivePolicy.__init__
+
+    def init(self, cost_model, *a, **kw):
+        priced.append(cost_model)
+        real(self, cost_model, *a, **kw)
+    monkeypatch.setattr(AdaptivePolicy, "__init__", init)
+    gen = SpeculativeGenerator(target, draft)
+    kw = dict(max_new_tokens=12, do_sample=False, eos_token_id=[])
+    for i in range(3):
+        gen.generate(torch.tensor([[4, 5, 6]]), generator=torch.Generator().manual_seed(i), **kw)
+    gen.generate(torch.tensor([[4, 5, 6]]), seed=0, **kw)
+    assert len(priced) == 4 and all(cm is priced[0] for cm in priced)
+    assert priced[0] == CostModel.load(next((tmp_path / "costs").glob("*.loop-greedy.json")))
 
 
 def test_a_padded_batchs_evidence_is_each_rows_own_under_top_p_and_a_large_batch_reads_fewer_positions(monkeypatch):
@@ -288,43 +278,6 @@ def test_a_run_whose_prompt_says_draft_gives_the_pending_token_back_and_stays_gr
     assert out.stats.prefill_steps == 0 and out.stats.gamma_history[0] > 0 and out.stats.accepted_tokens > 0
     for row, prompt in zip(out.sequences.tolist(), prompts):
         assert row[-10:] == target_greedy(target, prompt, 10)
-
-
-def test_a_run_whose_learning_ends_with_it_probes_only_where_its_own_tokens_can_repay_the_probe():
-    cost = CostModel(t_draft=0.006, target_times={1: 0.010, 2: 0.0105, 16: 0.012})  # as in the test above
-    decided = {}
-    for later in (True, False):
-        for left in (2, 40, 10_000):
-            policy = AdaptivePolicy(cost, 8, DraftingState(), learns_for_later=later)
-            policy.model.prior = 0.6
-            assert policy._plan()[4] > 1  # a hopeful length: no length pays at the estimates
-            decided[later, left] = bool(policy.next_lengths(torch.tensor([left])).any())
-    assert all(decided[True, left] for left in (2, 40, 10_000))  # a generator's probe serves its later runs
-    assert decided[False, 10_000] and not decided[False, 2]  # a seeded run's serves this run only
-    policy = AdaptivePolicy(cost, 8, DraftingState(), learns_for_later=False)
-    policy.model.prior = 0.6
-    k, pays = policy._plan()[4], None
-    for tokens in range(1, 10_000):  # P G > C switches once, from no to yes, as the tokens left grow
-        now = policy.probe_pays(k, tokens)
-        assert pays is None or now >= pays
-        pays = now
-    assert pays
-
-
-def test_a_seeded_runs_policy_does_not_learn_for_later_and_a_generators_does(monkeypatch):
-    target, draft = _models()
-    made = []
-    real = AdaptivePolicy.__init__
-
-    def init(self, *a, **kw):
-        real(self, *a, **kw)
-        made.append(self.learns_for_later)
-    monkeypatch.setattr(AdaptivePolicy, "__init__", init)
-    gen = SpeculativeGenerator(target, draft, cost_model=CostModel(0.001, {1: 0.01, 16: 0.012}))
-    kw = dict(max_new_tokens=3, do_sample=False, eos_token_id=[])
-    gen.generate(torch.tensor([[4, 5, 6]]), seed=0, **kw)
-    gen.generate(torch.tensor([[4, 5, 6]]), generator=torch.Generator().manual_seed(0), **kw)
-    assert made == [False, True]
 
 
 def test_the_loop_priced_profile_prices_a_plain_step_at_the_median_plain_run(monkeypatch):

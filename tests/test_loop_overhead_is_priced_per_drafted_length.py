@@ -114,9 +114,9 @@ def test_auto_drafts_shorter_when_long_steps_cost_more_in_the_loop():
     policies = [AdaptivePolicy(cm, 8, DraftingState(acceptance_at_rate(0.75))) for cm in (pooled, by)]
     for p in policies:
         p.next_lengths(torch.tensor([50]))
-    (k_pooled, _), (k_by, _) = (p.best_length(0.75) for p in policies)
+    (k_pooled, _), (k_by, _) = (p.best_length(0.75, 0.75) for p in policies)
     assert k_by < k_pooled
-    policies[1]._rate = policies[0]._rate  # the same rate R: only the price of going on differs
+    policies[1].rate = policies[0].rate  # the same rate R: only the price of going on differs
     assert policies[1].threshold(3) > policies[0].threshold(3)
     assert policies[1].threshold(3, paid=False) > policies[0].threshold(3, paid=False)
 
@@ -165,8 +165,10 @@ def test_a_batch_weighs_each_rows_p_by_the_tokens_it_has_left():
     cm = CostModel(0.002, {1: 0.010, 2: 0.012, 5: 0.015})
     decided = {}
     for weigh in (True, False):
-        pol = AdaptivePolicy(cm, 8, DraftingState(m), weigh_left=weigh)
+        pol = AdaptivePolicy(cm, 8, DraftingState(m))
         caps = pol.next_lengths(torch.tensor([50, 2]))
+        if not weigh:  # every row alike
+            pol._w = [0.5, 0.5]
         assert caps.tolist() == [8, 2] and not pol.probing
         h = pol.threshold(1)
         p = m.predict([0.05, 0.99])

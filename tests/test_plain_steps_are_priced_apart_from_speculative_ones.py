@@ -90,7 +90,7 @@ def test_auto_takes_plain_steps_when_the_verification_path_costs_more_than_a_bad
     table = {1: 0.010, 2: 0.0101, 5: 0.012}
     bare = AdaptivePolicy(CostModel(0.0, table), 12, DraftingState(acceptance_at_rate(0.15)), free_draft=True)
     priced = AdaptivePolicy(CostModel(0.0, table, t_overhead=0.002, t_overhead_plain=0.0), 12,
-                            DraftingState(acceptance_at_rate(0.15)), free_draft=True, first_gap=1000)
+                            DraftingState(acceptance_at_rate(0.15), probe_gap=1000), free_draft=True)
     left = torch.tensor([50])
     assert bare.next_lengths(left).tolist() == [12] and bare.trim([3]) >= 1
     assert priced.next_lengths(left).tolist() == [0]
@@ -103,7 +103,7 @@ def test_stopping_before_the_first_position_saves_the_verification_path():
                            DraftingState(acceptance_at_rate(0.6)))
     for p in (pooled, apart):
         p.next_lengths(torch.tensor([50]))
-    apart._rate = pooled._rate  # the same rate R: only the price of stopping differs
+    apart.rate = pooled.rate  # the same rate R: only the price of stopping differs
     assert apart.threshold(1) > pooled.threshold(1)
     assert apart.threshold(2) == pytest.approx(pooled.threshold(2))
 
@@ -130,7 +130,7 @@ class _Counting:
         self.inner.select_rows(rows)
 
 
-def test_a_lookup_run_times_its_plain_steps_apart_and_is_re_priced_for_the_next_run():
+def test_a_lookup_run_times_its_plain_steps_apart():
     target = tiny_lm("llama").eval()
     drafter = _Counting()
     # verifying a drafted token costs 3x a plain step: auto steps plainly but for its probes
@@ -141,25 +141,9 @@ def test_a_lookup_run_times_its_plain_steps_apart_and_is_re_priced_for_the_next_
     assert st.plain_steps > st.target_calls / 2
     assert 0 < st.plain_step_time <= st.target_time + st.verify_time + st.draft_time
     assert drafter.asked < st.plain_steps  # plain steps the policy chose ask nothing of the drafter
-    cal = gen._calibrated[1]  # model-free drafters are re-priced between runs too
-    assert cal.metadata["calibrated_from"]["plain_steps"] == st.plain_steps
+    cal = CostModel(0.0, {1: 0.010, 2: 0.03, 5: 0.05}).calibrate(st)  # what a cost profile reads of the run
     assert cal._t_overhead_plain is not None  # priced apart: at what they cost, never below the table's
     assert cal.step_time(0) == pytest.approx(max(0.010, st.plain_step_time / st.plain_steps))
-
-
-def test_a_run_with_too_few_plain_steps_keeps_the_plain_price_measured_before():
-    """An unknown plain overhead is the speculative one (dearer than a plain step runs); what an earlier run
-    measured of plain steps must survive a run that made too few to price (gamma="auto" re-prices per run)."""
-    from exactspec import CostModel
-
-    earlier = CostModel(0.001, {1: 0.002, 2: 0.003}, t_overhead=0.0015, t_overhead_plain=0.0002)
-    fresh = CostModel(0.001, {1: 0.002, 2: 0.003}, t_overhead=0.0018)
-    assert fresh.t_overhead_plain == 0.0018  # unknown: priced as a speculative step's
-    kept = fresh.keeping_plain_price(earlier)
-    assert kept.t_overhead_plain == 0.0002 and kept.t_overhead == 0.0018 and kept.step_time(0) == 0.0022
-    measured = CostModel(0.001, {1: 0.002, 2: 0.003}, t_overhead=0.0018, t_overhead_plain=0.0004)
-    assert measured.keeping_plain_price(earlier).t_overhead_plain == 0.0004  # its own measurement wins
-    assert fresh.keeping_plain_price(None) is fresh
 
 
 def test_a_plain_first_step_whose_forward_was_the_prefills_is_not_priced_as_a_forward():

@@ -76,7 +76,7 @@ def test_a_streak_ends_where_a_row_finishes():
 
 
 def test_the_policy_commits_to_a_streak_only_up_to_the_next_probe():
-    policy = AdaptivePolicy(DEAR, 8, DraftingState(probe_gap=6), first_gap=6)
+    policy = AdaptivePolicy(DEAR, 8, DraftingState(probe_gap=6))
     left = torch.tensor([50])
     assert policy.next_lengths(left).tolist() == [0] or policy.probing
     while policy.probing:  # (optimism may probe first)

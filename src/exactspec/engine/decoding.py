@@ -27,8 +27,7 @@ from exactspec.backends.seam import check_same_vocab, is_backend_model, supports
 from exactspec.verification.checks import ArgumentTypeError, check_bool, check_int
 from exactspec.engine.drafters import Draft, DraftModelDrafter, PromptLookupDrafter
 from exactspec.engine.hfconfig import Prefixes, SamplingSpec
-from exactspec.engine.autocosts import base_cost, learn_costs
-from exactspec.engine.policy import AdaptivePolicy, DraftingState, FixedPolicy
+from exactspec.engine.policy import AdaptivePolicy, DraftingState, FixedPolicy, auto_cost
 from exactspec.engine.output import GenerationOutput, GenerationStream, StreamStep
 from exactspec.engine.plainstep import PLAIN_RUN, plain_step, tell_drafter
 from exactspec.speed.stats import GenerationStats
@@ -54,15 +53,13 @@ class SpeculativeGenerator:
             (EAGLE-style; chains only, Llama-like targets).
         drafter: instead of `draft`: ``"prompt_lookup"`` or a drafter object (e.g.
             ``PromptLookupDrafter(max_ngram=3, max_draft=10)``).
-        cost_model: a :class:`exactspec.CostModel` for ``gamma="auto"``; measured once per pair and batch
-            size (cached in the process) when omitted.
+        cost_model: a :class:`exactspec.CostModel` for ``gamma="auto"``; when omitted, the pair's cost profile
+            stored on disk, measured once per machine, batch size and sampling mode (:mod:`exactspec.speed.profiles`).
         max_gamma: the longest draft ``gamma="auto"`` may make in a step. ``gamma="auto"`` carries what it
             learns (acceptance by draft confidence, probing state) from run to run of this generator, per
             sampling setting and rule; a fresh generator starts from a neutral guess.
-        calibrate: with ``gamma="auto"``, after each run re-price the cost model for later runs from that
-            run's own timings (:meth:`CostModel.calibrate`: draft steps as they cost inside the loop, plus
-            the loop's per-step overhead). Never inside a run: a seeded run on a fresh generator reproduces.
-            ``False`` uses `cost_model` exactly as given.
+        calibrate: no longer used (kept so that code passing it runs): ``gamma="auto"`` prices every run from
+            `cost_model` or the stored profile and re-prices nothing from its runs' clocks (docs/adaptive.md).
         tokenizer, draft_tokenizer: optional; when both are given their vocabularies must agree
             (see :meth:`check_tokenizers`).
     """
@@ -111,14 +108,10 @@ class SpeculativeGenerator:
         self.target, self.draft, self.drafter = target, draft, drafter
         self.cost_model, self.max_gamma, self.calibrate = cost_model, max_gamma, bool(calibrate)
         # What gamma="auto" learnt in earlier runs of this generator, per sampling setting and rule: the
-        # acceptance model and the probing state (see exactspec.engine.policy); cost models calibrated on its runs.
+        # acceptance model and the probing state (see exactspec.engine.policy).
         self._drafting: dict[tuple, DraftingState] = {}
         self._tree_priors: dict[tuple, list] = {}  # tree="auto": acceptance per (depth, rank), per setting
-        self._tree_calibrated: dict[int, object] = {}  # tree="auto": cost models calibrated on tree runs
         self._tree_speedup: dict[tuple, float] = {}  # tree="auto": what its tree and chain runs achieved
-        self._calibrated: dict[int, object] = {}
-        self._recent: dict[tuple, list] = {}  # per (batch size, sampled): the last drafting runs' statistics
-        self._stored_costs = False  # True on a seeded run's view (_seeded): price with the stored profile
 
     @staticmethod
     def check_tokenizers(tokenizer, draft_tokenizer) -> None:
@@ -202,37 +195,24 @@ class SpeculativeGenerator:
 
     def _seeded(self) -> "SpeculativeGenerator":
         """What a seeded run runs on: this generator with nothing learnt (a fresh acceptance model, no tree
-        priors, no calibrated costs) and costs that no clock of this process decides: `cost_model` as given,
-        else the stored profile. A shallow copy: the models and the drafter are shared, its learning is not."""
+        priors); its prices, as every run's, are `cost_model` as given or the stored profile, which no clock of
+        this process decides. A shallow copy: the models and the drafter are shared, its learning is not."""
         view = copy.copy(self)
-        view._drafting, view._tree_priors, view._tree_calibrated = {}, {}, {}
-        view._tree_speedup, view._calibrated, view._recent = {}, {}, {}
-        view.calibrate, view._stored_costs = False, True
+        view._drafting, view._tree_priors, view._tree_speedup = {}, {}, {}
         return view
 
     # ---------------------------------------------------------------------------------- gamma
-    def _base_cost(self, batch_size: int, sampled: bool | None = None):
-        """What gamma="auto" prices with before this generator has re-priced anything (exactspec.engine.autocosts)."""
-        return base_cost(self, batch_size, sampled,
-                         fresh=lambda: SpeculativeGenerator(self.target, self.draft, calibrate=False))
-
     def _cost_model(self, batch_size: int, sampled: bool | None = None):
-        """What gamma="auto" prices a run with, fixed before the run: with `calibrate`, the base model
-        re-priced on this generator's earlier runs at this batch size (CostModel.calibrate), else the base."""
-        return self._calibrated.get(batch_size) or self._base_cost(batch_size, sampled)
+        """What gamma="auto" prices a run with (exactspec.engine.policy.auto_cost)."""
+        return auto_cost(self, batch_size, sampled)
 
     def _policy(self, gamma, batch_size: int, key: tuple):
         """FixedPolicy(gamma), or for "auto" an AdaptivePolicy with this generator's acceptance model for
-        this sampling setting and rule (carried from run to run) and the run's fixed cost model."""
+        this sampling setting and rule (carried from run to run) and the run's fixed prices."""
         if gamma != "auto":
             return FixedPolicy(gamma)
         return AdaptivePolicy(self._cost_model(batch_size, sampled=not key[0]), self.max_gamma,
-                              self._drafting.setdefault(key, DraftingState()), free_draft=self.draft is None,
-                              learns_for_later=not self._stored_costs)  # (a seeded run's state ends with it)
-
-    def _learn_costs(self, stats: GenerationStats, batch_size: int, sampled: bool) -> None:
-        """After a gamma="auto" run: re-price later runs as this loop ran (exactspec.engine.autocosts)."""
-        learn_costs(self, stats, batch_size, sampled)
+                              self._drafting.setdefault(key, DraftingState()), free_draft=self.draft is None)
 
     # ------------------------------------------------------------------------------------ loop
     # inference_mode, not no_grad: no version counters or view tracking per op, ~10% of a small target's
@@ -367,8 +347,6 @@ class SpeculativeGenerator:
         new_len = int(n_gen.max()) if b else 0
         stats.new_tokens, stats.row_tokens = int(n_gen.sum()), n_gen.tolist()
         stats.total_time = time.perf_counter() - t_start - suspended
-        if gamma == "auto":  # (after the stats are complete: learning reads them)
-            self._learn_costs(stats, b, not spec.greedy)
         if chain_for_tree:
             learn_from_chain(self, prior_key, stats, b)
         return GenerationOutput(torch.cat([ids, out[:, :new_len]], 1), stats, from_draft[:, :new_len])

@@ -1,6 +1,6 @@
 """What the engine's own loop costs around the forwards, measured once per machine and sampling mode for the
 stored profile ``gamma="auto"`` starts from (:func:`exactspec.speed.profiles.stored_cost_model` with ``loop=``;
-:func:`exactspec.engine.autocosts.base_cost`)."""
+:func:`exactspec.engine.policy.auto_cost`)."""
 from __future__ import annotations
 
 import statistics

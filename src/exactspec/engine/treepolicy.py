@@ -6,7 +6,7 @@
   (:func:`exactspec.speed.treemath.optimal_tree`) on the measured acceptance per (depth, sibling rank) and a cost
   model fixed for the run, re-planned every ``AUTO_REPLAN_EVERY`` target calls.
 - After a run, :func:`learn_from_trees` / :func:`learn_from_chain`: the (depth, rank) table, the tree
-  loop's calibrated cost model and what each loop achieved, carried to the next run of the generator.
+  and what each loop achieved, carried to the next run of the generator; both priced with gamma="auto"'s prices.
 
 Every decision reads counts and cost models fixed before the run, so a seeded run on a fresh generator
 reproduces.
@@ -22,7 +22,7 @@ SIDE_PRIOR = 0.3  # acceptance of a sibling of rank >= 1 before any was measured
 AUTO_MAX_NODES, AUTO_MAX_DEPTH, AUTO_MAX_BRANCH, AUTO_REPLAN_EVERY = 16, 8, 4, 4
 # tree="auto" runs a tree only when the best tree beats the best chain by this much: the tree step's 4-D
 # masks, slot moves and rank-by-rank walk cost more per step than the chain's, and what the cost model
-# does not price (with calibrate=False nothing of the loop is priced) must not turn into a loss
+# does not price must not turn into a loss
 TREE_MARGIN = 0.05
 CHAIN_WEIGHT = 8.0  # pseudo-observations a chain run's rank-0 count is weighed against the table's rate
 
@@ -50,14 +50,12 @@ def auto_runs_tree(gen, batch_size: int, key: tuple) -> bool:
     before it, so that a seeded run on a fresh generator reproduces.
 
     The first run of a sampling setting explores: it runs trees and measures acceptance per (depth, rank).
-    Later runs compare what each loop is worth, priced as it ran (the cost models calibrated on the
-    generator's tree runs and chain runs):
+    Later runs compare what each loop is worth, priced from their counts with the run's fixed prices:
     - trees: the speedup the tree runs achieved (:func:`exactspec.speed.prediction.predict_tree` of their counts;
       the positional model's prediction over-credits side branches);
     - the chain: the better of the dynamic program's best chain on the table (rank 0 kept current by chain
       runs, :func:`learn_from_chain`) and what the chain achieved, which stops early where a fixed chain
-      cannot: whole chain runs of ``tree="auto"``, priced from their counts as the tree runs are, or before
-      any, ``gamma="auto"``'s drafting steps (their tokens over their price, from counts); and at least the
+      cannot: whole chain runs of ``tree="auto"``, priced from their counts as the tree runs are; and at least the
       target alone (1.0), since ``gamma="auto"`` takes plain steps where drafting does not pay.
     A tree must win by ``TREE_MARGIN``."""
     table = gen._tree_priors.get(key)
@@ -66,9 +64,6 @@ def auto_runs_tree(gen, batch_size: int, key: tuple) -> bool:
     chain_cost = gen._cost_model(batch_size).monotone()
     chain = optimal_tree(table, chain_cost, AUTO_MAX_DEPTH, max_depth=AUTO_MAX_DEPTH, max_branch=1).speedup
     achieved = gen._tree_speedup.get(("chain", key, batch_size))  # whole chain runs of tree="auto"
-    state = gen._drafting.get(key)
-    if achieved is None and state is not None and state.seconds > 0:  # else gamma="auto"'s drafting steps
-        achieved = state.tokens / state.seconds * chain_cost.t_target(1)
     if achieved is not None:
         chain = max(chain, achieved)
     # gamma="auto"'s chain takes plain steps where no draft pays: it is worth the target alone at least (a
@@ -76,7 +71,7 @@ def auto_runs_tree(gen, batch_size: int, key: tuple) -> bool:
     chain = max(chain, 1.0)
     tree = gen._tree_speedup.get((key, batch_size))
     if tree is None:  # no tree run at this batch size yet: the program's prediction
-        tree_cost = (gen._tree_calibrated.get(batch_size) or gen._cost_model(batch_size)).monotone()
+        tree_cost = gen._cost_model(batch_size).monotone()
         tree = optimal_tree(table, tree_cost, AUTO_MAX_NODES, max_depth=AUTO_MAX_DEPTH,
                             max_branch=AUTO_MAX_BRANCH).speedup
     return tree >= chain * (1.0 + TREE_MARGIN)
@@ -106,10 +101,10 @@ def _remember(gen, slot: tuple, worth: float | None) -> None:
 
 
 def planner_for(gen, batch_size: int, key: tuple) -> TreePlanner:
-    """The planner of a tree run of `gen`: its cost model fixed for the run (calibrated on earlier tree
-    runs, else the chain's), made monotone in k as gamma="auto" does (a noisy table where verifying 4
-    tokens measured dearer than 5 otherwise steers the plan to odd depths); rank 0 from earlier runs."""
-    cm = (gen._tree_calibrated.get(batch_size) or gen._cost_model(batch_size)).monotone()
+    """The planner of a tree run of `gen`: gamma="auto"'s prices, fixed for the run, made monotone in k (a noisy
+    table where verifying 4 tokens measured dearer than 5 otherwise steers the plan to odd depths); rank 0
+    from earlier runs."""
+    cm = gen._cost_model(batch_size).monotone()
     prior = gen._tree_priors.get(key)
     chain = gen._drafting.get(key)
     if prior is None and chain is not None and chain.model.observations > 0:
@@ -124,7 +119,4 @@ def learn_from_trees(gen, key: tuple, stats, batch_size: int, planner: TreePlann
     if not stats.tree_nodes:
         return
     gen._tree_priors[key] = stats.smoothed_rank_acceptance(AUTO_MAX_DEPTH, prior=planner.prior)
-    if gen.calibrate and stats.draft_calls:
-        gen._tree_calibrated[batch_size] = gen._base_cost(batch_size).calibrate(stats)
-    cost = gen._tree_calibrated.get(batch_size) or gen._cost_model(batch_size)
-    _remember(gen, (key, batch_size), predict_tree(stats, cost))
+    _remember(gen, (key, batch_size), predict_tree(stats, gen._cost_model(batch_size)))

@@ -168,28 +168,6 @@ class CostModel:
         return CostModel(self.t_draft, dict(zip(self.target_times, fitted)), self.metadata, self.t_overhead,
                          self.t_draft_cold, self._t_overhead_plain, self.t_overhead_by_gamma)
 
-    @property
-    def measured_plain_overhead(self) -> float | None:
-        """``t_overhead_plain`` when it was given or measured; None when it stands for ``t_overhead``."""
-        return self._t_overhead_plain
-
-    def keeping_plain_price(self, earlier: "CostModel | None", default: float | None = None) -> "CostModel":
-        """This model, with `earlier`'s measured overhead of a plain step when this one measured none (a run
-        with too few plain steps to price them leaves ``t_overhead_plain`` unknown, and an unknown one is the
-        speculative steps' overhead, which prices a plain step dearer than it runs: on llama.cpp, 1.8 ms on
-        top of a 1.8 ms forward, so gamma="auto" kept drafting where plain steps ran 1.2x faster), else
-        `default` (seconds) when given. Without a default, a generator whose runs all drafted never learnt the
-        plain price and kept drafting at a loss (llama.cpp, T = 1, held-out: 0.76x our loop, 2026-12-04)."""
-        if self._t_overhead_plain is not None:
-            return self
-        plain = earlier.measured_plain_overhead if earlier is not None else None
-        if plain is None:
-            plain = default
-        if plain is None:
-            return self
-        return CostModel(self.t_draft, self.target_times, self.metadata, self.t_overhead, self.t_draft_cold,
-                         plain, self.t_overhead_by_gamma)
-
     def without_draft(self) -> "CostModel":
         """The same target timings with a free draft (t_draft = 0): the cost of a model-free drafter such
         as prompt lookup, whose n-gram search is negligible next to a target call."""
