@@ -153,21 +153,19 @@ def _plan_row(ep: Episode, r: int, att, ok, pos, row_seq: int, free: list, n_seq
 
 
 def keep_path(session, idx: np.ndarray, keep: np.ndarray) -> np.ndarray:
-    """Row r keeps the slots `idx[r, :c]` (`keep [B, W]`, a prefix of c per row) of the episode: a path from
+    """Row r keeps the slots `idx[r, :c]` (`keep [B, W]`: its first c entries) of the episode: a path from
     the tree's first depth down. Returns the new lengths `[B]`; the episode's ids go back to the pool.
     Every row is checked before any cell changes: a ValueError leaves the session as it was."""
     ep, ctx = session._tree, session._ctx
     paths = []
     for r in range(len(session.seq)):
         c = int(keep[r].sum())
-        if not keep[r, :c].all():
-            raise ValueError("keep_tail: each row keeps a prefix of its listed slots")
         path = idx[r, :c]
         if c and ((path < 0).any() or (path >= len(ep.bid[r])).any()):
-            raise ValueError("keep_tail: a kept slot is not a slot of this tree")
+            raise ValueError("keep: a kept slot is not a slot of this tree")
         if not all(int(ep.parent[r][x]) == (int(path[i - 1]) if i else -1) and int(ep.bid[r][x]) >= 0
                    for i, x in enumerate(path.tolist())):
-            raise ValueError("keep_tail: the kept slots are not a path from the tree's top (the llama.cpp "
+            raise ValueError("keep: the kept slots are not a path from the tree's top (the llama.cpp "
                              "backend keeps a root-to-node path of a tree)")
         paths.append(path)
     n = session.n.copy()
