@@ -1,7 +1,7 @@
 """The model seam: a GGUF file on llama.cpp and the same weights on transformers give the same logits for the
-same prefixes (ragged rows, keeping what each row accepted, rows leaving); keeping equals recomputation; the engine on llama.cpp is
-greedy-equal to the same backend's target-alone loop and samples the law of that backend's own logits
-(chi-square); bad input and a missing llama-cpp-python give one clear error each."""
+same prefixes (ragged rows, keeping what each row accepted, rows leaving); keeping equals recomputation; the
+engine on llama.cpp is greedy-equal to the same backend's target-alone loop and samples the law of that
+backend's own logits (chi-square); bad input and a missing llama-cpp-python give one clear error each."""
 from __future__ import annotations
 
 import subprocess

@@ -104,4 +104,5 @@ def test_draft_model_drafter_rolls_back_to_accepted_prefix():
         logits = drafter.state.forward(drafter.pending, drafter.pending_valid, logits_to_keep=1)[:, -1]
         for i in range(2):
             torch.testing.assert_close(logits[i], _reference_logits(model, hist[i])[-1], atol=1e-10, rtol=0)
-        drafter.state.keep(drafter.state.length - drafter.pending.shape[1], torch.zeros(2, dtype=torch.long))  # undo the probe
+        probe = drafter.state.length - drafter.pending.shape[1]
+        drafter.state.keep(probe, torch.zeros(2, dtype=torch.long))  # undo the probe

@@ -1,7 +1,7 @@
 """The llama.cpp session's bookkeeping (which recent slots each row really fed, kept in a ring of slots) stays
 right over runs far longer than the ring: each keep removes exactly the dropped tail of each row from the
-context, positions stay contiguous, and keeping more than a row fed is refused after the ring has wrapped as before. No llama.cpp
-needed: the context is a recording fake with llama.cpp's contract (decode appends, remove drops a tail)."""
+context, positions stay contiguous, and keeping more than a row fed is refused after the ring has wrapped. No
+llama.cpp needed: the context is a recording fake with llama.cpp's contract (decode appends, remove drops a tail)."""
 from __future__ import annotations
 
 import numpy as np
