@@ -423,15 +423,8 @@ class LlamaCppSession:
         from exactspec.backends.llamacpptree import keep_path
 
         self._live(tree=True)
-        p = path.numpy(force=True).astype(np.int64)
-        if p.ndim != 2 or p.shape[0] != len(self.seq) or max(counts, default=0) > p.shape[1]:
-            raise ValueError(f"keep: path must be [B, W] with B = {len(self.seq)} rows and W >= counts, got "
-                             f"{list(path.shape)} for counts {counts}")
-        if start != self._tree.base:
-            raise ValueError(f"keep: the open tree began at slot {self._tree.base}, not {start}")
-        w = p.shape[1]
-        k = np.arange(w)[None, :] < np.asarray(counts, dtype=np.int64)[:, None]  # [B, W]
-        self.n = keep_path(self, p, k)
+        self.n, k = keep_path(self, start, path.numpy(force=True).astype(np.int64), counts)  # k [B, W]: kept
+        w = k.shape[1]
         self._tree = None
         self._w -= self._len - start  # the ring forgets the tree's slots and records the kept path
         if self._w < 0:
