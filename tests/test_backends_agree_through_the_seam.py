@@ -1,7 +1,7 @@
 """The model seam: a GGUF file on llama.cpp and the same weights on transformers give the same logits for the
-same prefixes (ragged rows, rollback, rows leaving); rollback equals recomputation; the engine on llama.cpp is
-greedy-equal to the same backend's target-alone loop and samples the law of that backend's own logits
-(chi-square); bad input and a missing llama-cpp-python give one clear error each."""
+same prefixes (ragged rows, keeping what each row accepted, rows leaving); keeping equals recomputation; the
+engine on llama.cpp is greedy-equal to the same backend's target-alone loop and samples the law of that
+backend's own logits (chi-square); bad input and a missing llama-cpp-python give one clear error each."""
 from __future__ import annotations
 
 import subprocess
@@ -35,7 +35,7 @@ def _compare(a: torch.Tensor, b: torch.Tensor, valid: torch.Tensor) -> float:
     return float((a - b)[valid].abs().max() / a[valid].abs().max())
 
 
-def test_both_backends_give_the_same_logits_through_rollback_ragged_rows_and_row_removal(tiny):
+def test_both_backends_give_the_same_logits_through_keeps_ragged_rows_and_row_removal(tiny):
     hf, ll = open_session(tiny["hf"], 3, target=True), open_session(tiny["target"], 3, target=True)
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(1, tiny["target"].vocab_size, (3, 12), generator=g)
@@ -45,10 +45,12 @@ def test_both_backends_give_the_same_logits_through_rollback_ragged_rows_and_row
         assert _compare(hf.forward(ids, mask), ll.forward(ids, mask), mask) < RTOL
         new = torch.randint(1, tiny["target"].vocab_size, (3, 4), generator=g)
         ragged = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [1, 1, 1, 0]], dtype=torch.bool)
+        start = hf.length
         assert _compare(hf.forward(new, ragged), ll.forward(new, ragged), ragged) < RTOL
-        keep = torch.tensor([[1, 1, 0, 0], [1, 0, 0, 0], [1, 1, 1, 0]], dtype=torch.bool)  # what each accepted
-        hf.rollback(keep)
-        ll.rollback(keep)
+        keep = torch.tensor([2, 1, 3])  # what each accepted
+        hf.keep(start, keep)
+        ll.keep(start, keep)
+        assert hf.length == ll.length == start + 3
         assert ll.n_real.tolist() == hf.n_real.tolist() == [14, 8, 6]
         more = torch.randint(1, tiny["target"].vocab_size, (3, 2), generator=g)
         every = torch.ones(3, 2, dtype=torch.bool)
@@ -60,7 +62,7 @@ def test_both_backends_give_the_same_logits_through_rollback_ragged_rows_and_row
         assert _compare(hf.forward(last, one), ll.forward(last, one), one) < RTOL
 
 
-def test_rollback_after_a_rejection_equals_recomputation(tiny):
+def test_keeping_after_a_rejection_equals_recomputation(tiny):
     g = torch.Generator().manual_seed(1)
     prompt = torch.randint(1, tiny["target"].vocab_size, (1, 10), generator=g)
     drafts = torch.randint(1, tiny["target"].vocab_size, (1, 5), generator=g)
@@ -70,7 +72,7 @@ def test_rollback_after_a_rejection_equals_recomputation(tiny):
         s = open_session(tiny["target"], 1, target=True)
         s.forward(prompt, ones(10))
         s.forward(drafts, ones(5))
-        s.rollback(torch.tensor([[True, True, False, False, False]]))  # 2 accepted, 3 rejected
+        s.keep(10, torch.tensor([2]))  # 2 accepted, 3 rejected
         rolled = s.forward(after, ones(3))
         fresh = open_session(tiny["target"], 1, target=True)
         fresh.forward(prompt, ones(10))
@@ -129,10 +131,10 @@ def test_bad_files_a_vocabulary_mismatch_and_bad_use_give_one_clear_error(tiny, 
         gen.generate(ids, max_new_tokens=300)
     s = open_session(tiny["target"], 2, target=True)
     s.forward(torch.cat([ids, ids]), torch.ones(2, 3, dtype=torch.bool))
-    with pytest.raises(ValueError, match="leaves a hole"):  # in the second row: the first is left as it was too
-        s.rollback(torch.tensor([[True, False, False], [True, False, True]]))
+    with pytest.raises(ValueError, match="keeps more than"):  # in the second row: the first is left as it was too
+        s.keep(0, torch.tensor([1, 4]))
     assert s.n.tolist() == [3, 3]
-    s.rollback(torch.tensor([[True, False, False], [True, True, False]]))
+    s.keep(0, torch.tensor([1, 2]))
     assert s.n.tolist() == [1, 2]
     open_session(tiny["target"], 1, target=True)
     with pytest.raises(RuntimeError, match="session ended"):

@@ -1,8 +1,8 @@
 """The hole-masked batch KV cache gives the same logits as recomputing each row from scratch.
 
-After every forward / rollback / row selection, each row's logits equal a no-cache forward over that row's
+After every forward / keep / row selection, each row's logits equal a no-cache forward over that row's
 real tokens alone, the cache holds exactly the slots the design says (cropped to the longest kept run,
-holes masked), and compaction removes slots no row uses. Also checks the draft-model drafter's rollback.
+holes masked), and compaction removes slots no row uses. Also checks what the draft-model drafter keeps.
 """
 from __future__ import annotations
 
@@ -51,8 +51,7 @@ def test_cache_rollback_and_compaction_match_recomputation(arch, dtype, attn, le
         for i, r in enumerate(rows):
             ref = _reference_logits(model, r + new[i].tolist())[-4:]
             torch.testing.assert_close(logits[i], ref, atol=tol, rtol=0)
-        keep = torch.arange(4)[None, :] < torch.tensor(keep_counts[: len(rows)])[:, None]
-        sc.rollback(keep)
+        sc.keep(before, torch.tensor(keep_counts[: len(rows)]))
         assert sc.length == before + max(keep_counts[: len(rows)])  # cropped to the longest kept run
         assert sc.cache.get_seq_length() == sc.length
         for i, r in enumerate(rows):
@@ -100,9 +99,10 @@ def test_draft_model_drafter_rolls_back_to_accepted_prefix():
             hist[i] += draft.tokens[i, : accepted[i]].tolist() + [int(nxt[i])]
         # cached real tokens + pending == emitted history, for every row
         assert (drafter.state.n_real + drafter.pending_valid.sum(1)).tolist() == [len(h) for h in hist]
-        assert drafter.state.length <= prefix_len  # rollback never grows the cache
+        assert drafter.state.length <= prefix_len  # keeping never grows the cache
         # and the next draft distribution equals a from-scratch forward over the history
         logits = drafter.state.forward(drafter.pending, drafter.pending_valid, logits_to_keep=1)[:, -1]
         for i in range(2):
             torch.testing.assert_close(logits[i], _reference_logits(model, hist[i])[-1], atol=1e-10, rtol=0)
-        drafter.state.rollback(torch.zeros_like(drafter.pending_valid))  # undo the probe
+        probe = drafter.state.length - drafter.pending.shape[1]
+        drafter.state.keep(probe, torch.zeros(2, dtype=torch.long))  # undo the probe

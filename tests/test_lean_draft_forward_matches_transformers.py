@@ -71,9 +71,10 @@ def test_lean_forward_equals_transformers_through_padding_holes_and_trees(arch, 
         a, b = hf.forward(tok, ok), lean.forward(tok, ok)
         real = ok[:, :, None].expand_as(a)  # padding queries are never read
         torch.testing.assert_close(b[real], a[real], atol=1e-10, rtol=0)
-        keep = torch.rand(3, tok.shape[1], generator=g) < 0.5  # holes in some rows, a crop in others
+        start = hf.length - tok.shape[1]
+        counts = (torch.rand(3, generator=g) * (ok.sum(1) + 1)).long()  # ragged: holes in some rows, a crop in others
         for sc in (hf, lean):
-            sc.rollback(keep)
+            sc.keep(start, counts)
     assert torch.equal(hf.mask, lean.mask)
     # a tree: root 2 children, the first with 2 children; nodes see the cache and their ancestors
     parents = [-1, -1, 0, 0]

@@ -1,7 +1,7 @@
 """The llama.cpp session's bookkeeping (which recent slots each row really fed, kept in a ring of slots) stays
-right over runs far longer than the ring: each rollback removes exactly the dropped tail of each row from the
-context, positions stay contiguous, and a hole is refused after the ring has wrapped as before. No llama.cpp
-needed: the context is a recording fake with llama.cpp's contract (decode appends, remove drops a tail)."""
+right over runs far longer than the ring: each keep removes exactly the dropped tail of each row from the
+context, positions stay contiguous, and keeping more than a row fed is refused after the ring has wrapped. No
+llama.cpp needed: the context is a recording fake with llama.cpp's contract (decode appends, remove drops a tail)."""
 from __future__ import annotations
 
 import numpy as np
@@ -39,16 +39,16 @@ class _Ctx:
         self.held[int(seq)] = self.held[int(seq)][:int(start)]
 
 
-def test_a_thousand_ragged_steps_with_rollbacks_keep_every_row_exact():
+def test_a_thousand_ragged_steps_with_keeps_keep_every_row_exact():
     rows, rng = 3, np.random.default_rng(0)
     ctx = _Ctx(rows)
     s = LlamaCppSession(_Model(), ctx, rows)
     s.forward(torch.zeros(rows, 1500, dtype=torch.long), torch.ones(rows, 1500, dtype=torch.bool), 1)  # > ring
     expect = np.full(rows, 1500)
     for step in range(1000):
-        # one or two ragged calls (as a drafter feeds its pending tokens, then its drafts), then one rollback
-        # over all their slots keeping a prefix of each row's real tokens there
-        real = []
+        # one or two ragged calls (as a drafter feeds its pending tokens, then its drafts), then one keep
+        # over all their slots of a prefix of each row's real tokens there
+        real, start = [], s.length
         for _ in range(int(rng.integers(1, 3))):
             k = int(rng.integers(1, 7))
             lengths = rng.integers(0, k + 1, rows)  # a row feeds its last lengths[b] slots (left-packed)
@@ -59,16 +59,16 @@ def test_a_thousand_ragged_steps_with_rollbacks_keep_every_row_exact():
         real = torch.cat(real, 1)  # [B, S]
         fed = real.sum(1).numpy()
         kept = np.array([int(rng.integers(0, n + 1)) for n in fed])
-        s.rollback(real & (real.cumsum(1) <= torch.from_numpy(kept)[:, None]))
+        s.keep(start, torch.from_numpy(kept))
         expect += kept
         assert s.n.tolist() == expect.tolist() == [len(ctx.held[b]) for b in range(rows)]
-    # after the ring wrapped many times, a rollback that would leave a hole is still refused
+    # after the ring wrapped many times, keeping more than a row fed is still refused
     s.forward(torch.ones(rows, 3, dtype=torch.long), torch.ones(rows, 3, dtype=torch.bool))
-    with pytest.raises(ValueError, match="hole"):
-        s.rollback(torch.tensor([[True, False, True]] * rows))
-    # and a rollback reaching further back than the ring remembers is refused, not guessed
+    with pytest.raises(ValueError, match="keeps more than"):
+        s.keep(s.length - 3, torch.tensor([3] * (rows - 1) + [4]))
+    # and a keep reaching further back than the ring remembers is refused, not guessed
     with pytest.raises(ValueError, match="remembers"):
-        s.rollback(torch.ones(rows, 5000, dtype=torch.bool))
+        s.keep(s.length - 5000, torch.full((rows,), 5000))
 
 
 def test_dropping_rows_keeps_the_others_counts_and_sequences():
@@ -78,5 +78,5 @@ def test_dropping_rows_keeps_the_others_counts_and_sequences():
     s.select_rows(torch.tensor([1, 3]))
     assert ctx.held[0] == [] and ctx.held[2] == [] and len(ctx.held[1]) == len(ctx.held[3]) == 5
     s.forward(torch.ones(2, 2, dtype=torch.long), torch.tensor([[True, True], [False, True]]))
-    s.rollback(torch.tensor([[True, False], [False, False]]))
+    s.keep(s.length - 2, torch.tensor([1, 0]))
     assert s.n.tolist() == [6, 5] and len(ctx.held[1]) == 6 and len(ctx.held[3]) == 5

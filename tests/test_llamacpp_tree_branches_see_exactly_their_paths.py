@@ -148,7 +148,7 @@ def test_every_node_sees_its_row_its_ancestors_and_itself_and_the_kept_path_stay
                         assert next(seen) == want
         assert next(seen, None) is None
         # keep a root-to-node path per row (or nothing), then check the row's sequence holds exactly it
-        keep_idx, keep_len = torch.zeros(len(live), n, dtype=torch.long), torch.zeros(len(live), n, dtype=torch.bool)
+        keep_idx, keep_len = torch.zeros(len(live), n, dtype=torch.long), torch.zeros(len(live), dtype=torch.long)
         slot_of = {node: k for k, node in enumerate(fed)}
         for r, par in enumerate(parents):
             tops = [i for i in range(n) if par[i] < 0 and valid[r, i]]
@@ -162,9 +162,9 @@ def test_every_node_sees_its_row_its_ancestors_and_itself_and_the_kept_path_stay
                     break
                 path.append(int(rng.choice(kids)))
             keep_idx[r, :len(path)] = torch.tensor([slot_of[p] for p in path])
-            keep_len[r, :len(path)] = True
+            keep_len[r] = len(path)
             history[live[r]] += [int(labels[r, p]) for p in path]
-        s.keep_tail(base, keep_idx, keep_len)
+        s.keep(base, keep_len, path=keep_idx)
         for r in range(len(live)):
             seq = int(s.seq[r])
             cells = sorted((p, lab) for p, ids, lab in ctx.cells if seq in ids)
@@ -203,8 +203,8 @@ def test_a_mask_that_is_not_a_tree_and_misuse_are_clear_errors():
     with pytest.raises(RuntimeError, match="a tree is open"):
         s.forward(tok[:, :1], ok[:, :1])
     with pytest.raises(ValueError, match="not a path"):
-        s.keep_tail(base, torch.tensor([[1, 2]]), torch.ones(1, 2, dtype=torch.bool))
-    s.keep_tail(base, torch.tensor([[0, 2]]), torch.ones(1, 2, dtype=torch.bool))
+        s.keep(base, torch.tensor([2]), path=torch.tensor([[1, 2]]))
+    s.keep(base, torch.tensor([2]), path=torch.tensor([[0, 2]]))
     assert s.n.tolist() == [5]
     wide = torch.arange(11)[None]  # ten children of one root need nine forked ids; the context has eight
     att = torch.zeros(1, 11, 11, dtype=torch.bool)
@@ -215,7 +215,7 @@ def test_a_mask_that_is_not_a_tree_and_misuse_are_clear_errors():
     assert s._tree is None and len(s._free) == 8  # nothing changed
     s.forward_tree(wide[:, :10], torch.ones(1, 10, dtype=torch.bool), pos[:, :10], att[:, :10, :10], base=s.length)
     assert not s._free  # eight forks: every spare id in use, and back once the tree ends
-    s.keep_tail(s._tree.base, torch.tensor([[0, 9]]), torch.ones(1, 2, dtype=torch.bool))
+    s.keep(s._tree.base, torch.tensor([2]), path=torch.tensor([[0, 9]]))
     assert len(s._free) == 8 and s.n.tolist() == [7]
 
 
@@ -244,9 +244,11 @@ def test_a_failed_call_leaves_the_session_and_its_cells_as_they_were():
     s.forward_tree(tok[:, :4], ok[:, :4], pos[:, :4], att[:, :4, :4], base=s.length)  # and it works after
     mid = _state(s, ctx)
     with pytest.raises(ValueError, match="not a path"):  # row 1's path is wrong: row 0 must not change either
-        s.keep_tail(s._tree.base, torch.tensor([[0, 2], [0, 3]]), torch.ones(2, 2, dtype=torch.bool))
+        s.keep(s._tree.base, torch.tensor([2, 2]), path=torch.tensor([[0, 2], [0, 3]]))
     assert _state(s, ctx) == mid
-    with pytest.raises(ValueError, match="idx and keep must be"):
-        s.keep_tail(s._tree.base, torch.tensor([[0, 2]]), torch.ones(1, 2, dtype=torch.bool))
-    s.keep_tail(s._tree.base, torch.tensor([[0, 2], [0, 1]]), torch.ones(2, 2, dtype=torch.bool))
+    with pytest.raises(ValueError, match="counts must be"):
+        s.keep(s._tree.base, torch.tensor([2]), path=torch.tensor([[0, 2]]))
+    with pytest.raises(ValueError, match="path must be"):
+        s.keep(s._tree.base, torch.tensor([2, 2]), path=torch.tensor([[0, 2]]))
+    s.keep(s._tree.base, torch.tensor([2, 2]), path=torch.tensor([[0, 2], [0, 1]]))
     assert s.n.tolist() == [5, 5] and sorted(s._free) == list(range(2, 18))

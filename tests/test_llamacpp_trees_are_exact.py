@@ -71,14 +71,14 @@ def test_each_node_gets_the_logits_of_its_path_and_the_kept_path_continues_as_re
                 assert float((a[r, i] - alone[0, -1]).abs().max() / alone[0, -1].abs().max()) < RTOL
         # row 0 keeps 0 -> 2 -> 5 (a forked branch), row 1 keeps 0 -> 1 -> 3 -> 6 (the first-child branch)
         idx = torch.tensor([[0, 2, 5, 0], [0, 1, 3, 6]])
-        keep = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]], dtype=torch.bool)
+        counts = torch.tensor([3, 4])
         start = ll.length - 7
-        ll.keep_tail(start, idx, keep)
+        ll.keep(start, counts, path=idx)
         assert ll.n_real.tolist() == [9 + 3, 5 + 4]
         more = torch.randint(1, v, (2, 2), generator=g)
         after = ll.forward(more, torch.ones(2, 2, dtype=torch.bool))
         for r in range(2):
-            kept = nodes[r, idx[r, keep[r]]].tolist()
+            kept = nodes[r, idx[r, :counts[r]]].tolist()
             chain = torch.tensor([ids[r, mask[r]].tolist() + kept + more[r].tolist()])
             alone = open_session(tiny["again"], 1, target=True).forward(chain, torch.ones_like(chain).bool())
             assert float((after[r] - alone[0, -2:]).abs().max() / alone[0, -2:].abs().max()) < RTOL

@@ -10,8 +10,8 @@ Design ("one cache, a slot mask, explicit positions"):
   (= number of real tokens of the row before the slot), so RoPE / learned position embeddings see the
   row's true positions whatever holes lie between its tokens. transformers builds the 4-D mask as
   `causal(slot order) AND mask[b, kv_slot]`, which is exactly "attend to the real earlier tokens".
-* Rollback after verification: crop the cache (all rows) to the last slot any row keeps, and zero the
-  mask of the remaining slots a row rejected. Nothing is ever recomputed.
+* Keeping what each row accepted (`keep`): crop the cache (all rows) to the last slot any row keeps, and zero
+  the mask of the remaining slots a row rejected; a tree's path is moved into place. Nothing is recomputed.
 * Compaction: when rows finish they are dropped from the batch (`select_rows`), and slot columns that no
   remaining row uses are removed from the key/value tensors, so holes do not accumulate.
 
@@ -50,7 +50,7 @@ class GrowingLayer(DynamicLayer):
     `DynamicLayer.update` copies the whole cache on every append (`torch.cat`), O(L) per step: 20-50 µs per
     layer at 100-400 cached tokens on a 2-core CPU, against about 12 µs here. Here `keys`/`values` are prefix
     views of buffers with room to grow (a quarter more when full), so an append writes only the S new
-    slots, and a crop (rollback) only shortens the views. `SlotCache.keep_tail` writes a tree's accepted path
+    slots, and a crop (a chain's `SlotCache.keep`) only shortens the views. A tree's `keep` writes its accepted path
     back into the buffers; any other rewrite of `keys`/`values` (`compact`, `batch_select_indices`) leaves
     tensors that are not the views handed out, and the next append copies them into fresh buffers once.
     """
@@ -243,20 +243,6 @@ class SlotCache:
         sliding = additive(causal & near)
         return {"full_attention": additive(causal), "sliding_attention": sliding} if self.mixed else sliding
 
-    def rollback(self, keep: torch.Tensor) -> None:
-        """Keep only the slots flagged in `keep [B, S]` (bool) among the last S slots.
-
-        Trailing slots no row keeps are cropped from the cache; the others become holes (mask 0).
-        """
-        s = keep.shape[1]
-        keep = keep.to(self.device)
-        tail = self.mask[:, -s:].bool() & keep  # a hole stays a hole
-        used = tail.any(0).nonzero()
-        n_keep = int(used[-1]) + 1 if used.numel() else 0
-        if n_keep < s:
-            self.cache.crop(-(s - n_keep))
-        self.mask = torch.cat([self.mask[:, : self.length - s], tail[:, :n_keep].long()], dim=1)
-
     def forward_tree(self, tokens: torch.Tensor, valid: torch.Tensor, pos: torch.Tensor,
                      attend: torch.Tensor, base: int | None = None) -> torch.Tensor:
         """Append `tokens [B, S]` as S new slots that attend as told, not causally; return `[B, S, V]` logits.
@@ -300,23 +286,37 @@ class SlotCache:
         self.mask = torch.cat([self.mask, valid.to(self.device).long()], dim=1)
         return logits
 
-    def keep_tail(self, start: int, idx: torch.Tensor, keep: torch.Tensor) -> None:
-        """Replace the slots from `start` on by, per row, the slots `start + idx[b, j]` (`idx [B, W]` int64,
-        `keep [B, W]` bool; unkept entries become holes). Moves an accepted tree path into place: the
-        entries were computed with exactly the path as context and the path's positions, so they equal
-        what a chain forward over the path would have cached. Nothing is recomputed."""
-        idx = torch.where(keep, idx, torch.zeros_like(idx)).to(self.device)
-        w = idx.shape[1]
-        if bool((idx == torch.arange(w, device=self.device)).all()):  # a chain's path: already in place
+    def keep(self, start: int, counts: torch.Tensor, path: torch.Tensor | None = None) -> None:
+        """Row b keeps `counts[b]` (`[B]` int64) of the slots fed since slot `start` as its next tokens, and
+        drops the rest: its first `counts[b]` real slots there (a chain's pending token and accepted drafts),
+        or with `path [B, W]` (int64 offsets from `start`) the slots `start + path[b, :counts[b]]` in that
+        order (a tree's root-to-node path). Nothing is recomputed: a chain's kept slots stay where they are
+        (trailing slots no row keeps are cropped, the others become holes); a path's KV entries, computed with
+        exactly the path as context at the path's positions, are moved into place per row."""
+        counts = counts.to(self.device)
+        if path is None:
+            real = self.mask[:, start:]  # [B, S]
+            tail = (real.cumsum(1) <= counts[:, None]) & real.bool()  # a hole stays a hole
+            used = tail.any(0).nonzero()
+            n_keep = int(used[-1]) + 1 if used.numel() else 0
+            if n_keep < real.shape[1]:
+                self.cache.crop(-(real.shape[1] - n_keep))
+            self.mask = torch.cat([self.mask[:, :start], tail[:, :n_keep].long()], dim=1)
+            return
+        w = path.shape[1]
+        ar = torch.arange(w, device=self.device)
+        keep = ar < counts[:, None]  # [B, W]
+        idx = torch.where(keep, path.to(self.device), 0)
+        if bool(((idx == ar) | ~keep).all()):  # a chain's path: already in place
             if self.length - start > w:
                 self.cache.crop(-(self.length - start - w))
-            self.mask = torch.cat([self.mask[:, :start], keep.to(self.device).long()], 1)
+            self.mask = torch.cat([self.mask[:, :start], keep.long()], 1)
             return
         for layer in self.cache.layers:
             if not isinstance(layer, DynamicLayer) or not layer.is_initialized or layer.keys.numel() == 0:
                 continue
             k, v = layer.keys, layer.values  # [B, H, L, Dh]
-            gi = idx[:, None, :, None].expand(k.shape[0], k.shape[1], idx.shape[1], k.shape[3])
+            gi = idx[:, None, :, None].expand(k.shape[0], k.shape[1], w, k.shape[3])
             tail_k, tail_v = k[:, :, start:].gather(2, gi), v[:, :, start:].gather(2, gi)  # [B, H, W, Dh] copies
             if isinstance(layer, GrowingLayer) and layer._current():  # write in place: the buffers stay current
                 layer._kbuf.narrow(2, start, w).copy_(tail_k)
@@ -325,7 +325,7 @@ class SlotCache:
             else:
                 layer.keys = torch.cat([k[:, :, :start], tail_k], 2)
                 layer.values = torch.cat([v[:, :, :start], tail_v], 2)
-        self.mask = torch.cat([self.mask[:, :start], keep.to(self.device).long()], 1)
+        self.mask = torch.cat([self.mask[:, :start], keep.long()], 1)
 
     def select_rows(self, rows: torch.Tensor) -> None:
         """Keep batch rows `rows [B']` (int64) and drop slot columns no kept row uses."""

@@ -206,14 +206,14 @@ class LlamaCppSession:
     """One run's rows on a llama.cpp context: the session protocol of :mod:`exactspec.backends.seam`.
 
     Row b is sequence ``seq[b]``. A ring of the recent slots records which ones each row really fed (as
-    :class:`~exactspec.backends.cache.SlotCache`'s mask does), so a rollback over the last S slots reads as
-    "row b keeps its first c_b tokens of those slots": a kept token after a dropped one (a hole) is refused.
+    :class:`~exactspec.backends.cache.SlotCache`'s mask does), so that :meth:`keep` reads "row b keeps its first
+    c_b real tokens since slot `start`" and knows which slots those were.
     Every call costs one ``llama_decode`` plus a few small numpy operations: beside a 2 ms forward, each
     0.1 ms of Python here is 5% of a step, so the common shapes (every slot real) take no gathers.
     """
 
     device = torch.device("cpu")
-    _RING = 1024  # slots of history kept; a rollback reaches back a few steps only
+    _RING = 1024  # slots of history kept; a keep reaches back a few steps only
 
     def __init__(self, model: LlamaCppLM, ctx, rows: int):
         self.model, self._ctx, self._ended = model, ctx, False
@@ -224,7 +224,7 @@ class LlamaCppSession:
         self._w = 0  # slots of the ring in use
         self._shapes: dict = {}  # (S, keep) -> the batch's constant arrays when every slot is real
         self._len = 0  # slots fed so far (as SlotCache counts them: a tree's base is one of these)
-        self._tree = None  # the open tree (llamacpptree.Episode) between forward_tree and keep_tail
+        self._tree = None  # the open tree (llamacpptree.Episode) between forward_tree and keep(path=)
         self._free = list(range(ctx.n_seq - 1, rows - 1, -1))  # sequence ids for a tree's branches
 
     @property
@@ -240,7 +240,7 @@ class LlamaCppSession:
             raise RuntimeError("this llama.cpp session ended: another run opened a session on the same model "
                                "(one run at a time per LlamaCppLM)")
         if self._tree is not None and not tree:
-            raise RuntimeError("a tree is open on this llama.cpp session: keep_tail() ends it first")
+            raise RuntimeError("a tree is open on this llama.cpp session: keep(start, counts, path) ends it first")
 
     def _record(self, ok) -> None:
         """Append `ok` ([B, S] bool, or True for all real) to the ring of recent slots."""
@@ -310,40 +310,54 @@ class LlamaCppSession:
         out[ok[:, s - keep:]] = raw
         return torch.from_numpy(out)
 
-    def rollback(self, keep: torch.Tensor) -> None:
-        """Keep only the slots flagged in `keep [B, S]` among the last S slots (each row a prefix of its
-        real tokens there); the other tokens leave the KV cache."""
+    def keep(self, start: int, counts: torch.Tensor, path: torch.Tensor | None = None) -> None:
+        """Row b keeps `counts[b]` (`[B]`) of the slots fed since slot `start` as its next tokens, as
+        :meth:`exactspec.backends.cache.SlotCache.keep` does: its first `counts[b]` real slots there (a chain),
+        or with `path [B, W]` the tree slots `start + path[b, :counts[b]]`, a path from the tree's first depth
+        down (which ends the open tree). The other tokens leave the KV cache; nothing is recomputed. Every row
+        is checked before any changes: a ValueError leaves the session as it was."""
+        c = counts.tolist()
+        if len(c) != len(self.seq) or min(c, default=0) < 0:
+            raise ValueError(f"keep: counts must be [B] >= 0 with B = {len(self.seq)} rows, got {c}")
+        if path is not None and self._tree is not None:
+            return self._keep_path(start, path, c)
         self._live()
-        s = keep.shape[1]
-        if s > self._w:
-            raise ValueError(f"rollback over {s} slots, but the session remembers {self._w}")
+        s = self._len - start
+        if not 0 <= s <= self._w:
+            raise ValueError(f"keep from slot {start}: the session has {self._len} slots and remembers the last "
+                             f"{self._w}")
         real = self._ring[:, self._w - s:self._w]  # [B, S], a view
-        if keep.shape[0] == len(self.seq) and real.all():
-            # every slot was real (dense calls: a chain's steps), so each row keeps a prefix: checked in Python,
-            # every row before any is changed
-            rows = keep.tolist()
-            kept = [sum(map(bool, row)) for row in rows]
-            if any(any(row[c:]) for row, c in zip(rows, kept)):
-                raise ValueError("the llama.cpp backend keeps a prefix of each row's new tokens; this "
-                                 "rollback leaves a hole (a tree's path is kept by keep_tail)")
-            for b, c in enumerate(kept):
-                if c < s:
-                    self.n[b] -= s - c
+        if path is not None:  # no tree open: a path must name each row's first real slots (a chain)
+            p = path.numpy(force=True)
+            if p.ndim != 2 or p.shape[0] != len(c) or not all(
+                    np.array_equal(p[b, :cb], np.flatnonzero(real[b])[:cb]) for b, cb in enumerate(c)):
+                raise ValueError("keep: no tree is open on this llama.cpp session, and the path is not each "
+                                 "row's first real slots since start")
+        if real.all():  # every slot was real (dense calls: a chain's steps): a few Python ints
+            if max(c, default=0) > s:
+                raise ValueError(f"keep: a row keeps more than the {s} tokens it fed since slot {start}")
+            for b, cb in enumerate(c):
+                if cb < s:
+                    self.n[b] -= s - cb
                     self._ctx.remove(self.seq[b], self.n[b])
-                    real[b, c:] = False
-            return
-        k = keep.numpy(force=True).astype(bool)
-        tail = real & k
-        kept = tail.sum(1)
-        if not np.array_equal(tail, real & (np.cumsum(real, 1) <= kept[:, None])):
-            raise ValueError("the llama.cpp backend keeps a prefix of each row's new tokens; this rollback "
-                             "leaves a hole (a tree's path is kept by keep_tail)")
-        drop = real.sum(1) - kept
-        if drop.any():
-            self.n = self.n - drop
-            for b in np.flatnonzero(drop):
-                self._ctx.remove(self.seq[b], self.n[b])
-        real[:] = tail
+                    real[b, cb:] = False
+            n_keep = max(c, default=0)
+        else:
+            k = np.asarray(c, dtype=np.int64)
+            fed = real.sum(1)
+            if (k > fed).any():
+                raise ValueError(f"keep: a row keeps more than the real tokens it fed since slot {start} "
+                                 f"({k.tolist()} of {fed.tolist()})")
+            drop = fed - k
+            if drop.any():
+                self.n = self.n - drop
+                for b in np.flatnonzero(drop):
+                    self._ctx.remove(self.seq[b], self.n[b])
+            real &= np.cumsum(real, 1) <= k[:, None]
+            used = np.flatnonzero(real.any(0))
+            n_keep = int(used[-1]) + 1 if used.size else 0
+        self._w -= s - n_keep  # slots no row keeps are forgotten (as SlotCache crops them)
+        self._len = start + n_keep
 
     def select_rows(self, rows: torch.Tensor) -> None:
         """Keep batch rows `rows [B']`; the others' sequences are emptied."""
@@ -362,7 +376,7 @@ class LlamaCppSession:
         says which of the tree's slots (those fed since slot `base`, then the new ones) each new slot sees; every
         slot sees the row's tokens before the tree. It must be a tree (each node: its ancestors and itself) at
         positions one past the parent's, the first depth at the row's length (else a ValueError); branches
-        become sequence ids (:mod:`exactspec.backends.llamacpptree`). The tree stays open until :meth:`keep_tail`.
+        become sequence ids (:mod:`exactspec.backends.llamacpptree`). The tree stays open until :meth:`keep`.
         """
         from exactspec.backends.llamacpptree import Episode, feed_tree
 
@@ -404,24 +418,13 @@ class LlamaCppSession:
         out[ok] = raw
         return torch.from_numpy(out)
 
-    def keep_tail(self, start: int, idx: torch.Tensor, keep: torch.Tensor) -> None:
-        """End the open tree: row b keeps the tree slots `start + idx[b, :c]` (`keep [B, W]`, c kept per row)
-        as its next tokens, a path from the tree's first depth down; the other slots leave the cache."""
+    def _keep_path(self, start: int, path: torch.Tensor, counts: list) -> None:
+        """:meth:`keep` of the open tree: row b keeps its tree slots `start + path[b, :counts[b]]`."""
         from exactspec.backends.llamacpptree import keep_path
 
         self._live(tree=True)
-        k = keep.numpy(force=True).astype(bool)
-        if idx.shape != keep.shape or k.ndim != 2 or k.shape[0] != len(self.seq):
-            raise ValueError(f"keep_tail: idx and keep must be [B, W] with B = {len(self.seq)} rows, got "
-                             f"{list(idx.shape)} and {list(keep.shape)}")
+        self.n, k = keep_path(self, start, path.numpy(force=True).astype(np.int64), counts)  # k [B, W]: kept
         w = k.shape[1]
-        if self._tree is None:
-            if w and k.any():
-                raise ValueError("keep_tail: no tree is open on this llama.cpp session")
-            return
-        if start != self._tree.base:
-            raise ValueError(f"keep_tail: the open tree began at slot {self._tree.base}, not {start}")
-        self.n = keep_path(self, idx.numpy(force=True).astype(np.int64), k)
         self._tree = None
         self._w -= self._len - start  # the ring forgets the tree's slots and records the kept path
         if self._w < 0:

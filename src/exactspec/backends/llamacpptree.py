@@ -152,38 +152,42 @@ def _plan_row(ep: Episode, r: int, att, ok, pos, row_seq: int, free: list, n_seq
     return _Plan(par, chain, vis, bid, taken, root_taken, fresh, copies)
 
 
-def keep_path(session, idx: np.ndarray, keep: np.ndarray) -> np.ndarray:
-    """Row r keeps the slots `idx[r, :c]` (`keep [B, W]`, a prefix of c per row) of the episode: a path from
-    the tree's first depth down. Returns the new lengths `[B]`; the episode's ids go back to the pool.
-    Every row is checked before any cell changes: a ValueError leaves the session as it was."""
+def keep_path(session, start: int, idx: np.ndarray, counts: list) -> tuple[np.ndarray, np.ndarray]:
+    """Row r keeps the slots `idx[r, :counts[r]]` (`idx [B, W]`) of the episode that began at slot `start`: a
+    path from the tree's first depth down. Returns the new lengths `[B]` and `keep [B, W]` (the entries kept);
+    the episode's ids go back to the pool. Every row is checked before any cell changes: a ValueError leaves
+    the session as it was."""
     ep, ctx = session._tree, session._ctx
+    if idx.ndim != 2 or idx.shape[0] != len(session.seq) or max(counts, default=0) > idx.shape[1]:
+        raise ValueError(f"keep: path must be [B, W] with B = {len(session.seq)} rows and W >= counts, got "
+                         f"{list(idx.shape)} for counts {counts}")
+    if start != ep.base:
+        raise ValueError(f"keep: the open tree began at slot {ep.base}, not {start}")
+    keep = np.arange(idx.shape[1])[None, :] < np.asarray(counts, dtype=np.int64)[:, None]  # [B, W]
     paths = []
     for r in range(len(session.seq)):
-        c = int(keep[r].sum())
-        if not keep[r, :c].all():
-            raise ValueError("keep_tail: each row keeps a prefix of its listed slots")
-        path = idx[r, :c]
-        if c and ((path < 0).any() or (path >= len(ep.bid[r])).any()):
-            raise ValueError("keep_tail: a kept slot is not a slot of this tree")
+        path = idx[r, :int(counts[r])]
+        if len(path) and ((path < 0).any() or (path >= len(ep.bid[r])).any()):
+            raise ValueError("keep: a kept slot is not a slot of this tree")
         if not all(int(ep.parent[r][x]) == (int(path[i - 1]) if i else -1) and int(ep.bid[r][x]) >= 0
                    for i, x in enumerate(path.tolist())):
-            raise ValueError("keep_tail: the kept slots are not a path from the tree's top (the llama.cpp "
+            raise ValueError("keep: the kept slots are not a path from the tree's top (the llama.cpp "
                              "backend keeps a root-to-node path of a tree)")
         paths.append(path)
     n = session.n.copy()
     for r, path in enumerate(paths):
-        seq, start, c = int(session.seq[r]), int(ep.start[r]), len(path)
+        seq, p0, c = int(session.seq[r]), int(ep.start[r]), len(path)  # p0: the tree's first position
         if c == 0:
-            ctx.remove(seq, start)
+            ctx.remove(seq, p0)
         else:
             owner = int(ep.bid[r][int(path[-1])])
             if owner == seq:  # the kept path is the row's own branch: drop what lies beyond it
-                ctx.remove(seq, start + c)
-            else:  # the row's sequence takes the kept branch's cells (below `start` they are its own already)
-                ctx.remove(seq, start)
-                ctx.copy(owner, seq, start + c)
+                ctx.remove(seq, p0 + c)
+            else:  # the row's sequence takes the kept branch's cells (below `p0` they are its own already)
+                ctx.remove(seq, p0)
+                ctx.copy(owner, seq, p0 + c)
         for f in ep.fresh[r]:
             ctx.remove(f, 0)
             session._free.append(f)
-        n[r] = start + c
-    return n
+        n[r] = p0 + c
+    return n, keep

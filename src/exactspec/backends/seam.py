@@ -1,31 +1,41 @@
 """The model seam: the one place the engine learns how a model runs.
 
 The engine (the loop, drafters, policies, trees, cost measurement) never calls a model directly. It opens a
-*session* on it, one per run, and talks to the session:
+*session* on it, one per run, and talks to the session. A session holds B rows; its slots are the columns
+every call appends (one per fed token, real or not, in every row), and these are all the calls there are:
 
     session = open_session(model, rows=B, target=True)
-    logits = session.forward(tokens, valid)            # tokens [B, S] int64, valid [B, S] bool -> [B, S, V]
+    logits = session.forward(tokens, valid)      # prefill or k new tokens: tokens [B, S] int64, valid [B, S]
+                                                 # bool (the row's real tokens) -> [B, S, V], causal per row
     logits = session.forward(tokens, valid, logits_to_keep=1)                     # -> [B, 1, V]
-    session.rollback(keep)        # keep [B, S] bool over the last S slots: what each row accepted
-    session.select_rows(rows)     # rows [B'] int64: the rows still generating
-    session.n_real                # [B] tokens cached per row; session.device
+    logits = session.forward_tree(tokens, valid, pos, attend, base=start)        # a token tree -> [B, S, V]
+    session.keep(start, counts)          # counts [B] int64: row b keeps its first counts[b] real slots fed
+                                         # since slot `start` (a chain: pending + accepted drafts)
+    session.keep(start, counts, path)    # path [B, W] int64: row b keeps slots start + path[b, :counts[b]],
+                                         # in order (a tree's root-to-node path); ends the tree
+    session.select_rows(rows)            # rows [B'] int64: the rows still generating
+    session.n_real                       # [B] int64: tokens each row holds
+    session.length                       # slots so far: `start` / `base` for a later keep / forward_tree
+    session.device
 
-Two backends implement it:
+Keeping is how a step ends, chain or tree: everything fed since `start` that a row does not keep leaves it,
+and what it keeps was computed with exactly the kept tokens before it as context, so nothing is recomputed.
+`forward_tree`: `pos [B, S]` the nodes' positions (the row's n_real plus the node's depth), `attend [B, S,
+length - base + S]` bool which of the tree's slots (fed since slot `base`, then the new ones) each new slot
+sees; every slot also sees its row's tokens before the tree; a tree may be fed in several calls with one
+`base`. After `keep`, `length` is `start` plus the slots up to the last one some row kept (a chain) or plus W
+(a path); each forward adds its S. Logits at invalid slots are unspecified.
+
+Two backends implement it (tests/test_backend_conformance.py is what a third must pass, by these calls alone):
 
 * transformers models (`torch.nn.Module`): :class:`exactspec.backends.cache.SlotCache` with the lean forward
   (logits equal to transformers' forward, bit for bit, for the target);
 * llama.cpp models (:class:`exactspec.backends.llamacpp.LlamaCppLM`, a GGUF file run by ggml): rows are
-  sequences of one llama.cpp context, rollback removes a sequence's tail.
+  sequences of one llama.cpp context, keeping removes a sequence's tail, a tree's branches are sequence ids.
 
 A model object that is not a torch module names its backend by offering ``open_session(rows, target)``, and
-``vocab_size`` / ``embed_size`` / ``describe()`` for the checks and cost profiles below. Trees take two more
-calls, offered where :func:`supports_trees` says so (both backends here):
-
-    logits = session.forward_tree(tokens, valid, pos, attend, base=session.length)  # -> [B, S, V]
-    session.keep_tail(start, idx, keep)  # per row, the slots start + idx[b, :c] become its next tokens
-
-``attend [B, S, length - base + S]`` bool: which of the tree's slots (fed since slot `base`, then the new
-ones) each new slot sees; every slot also sees its row's tokens before the tree.
+``vocab_size`` / ``embed_size`` / ``describe()`` for the checks and cost profiles below; trees are offered
+where :func:`supports_trees` says so (both backends here).
 """
 from __future__ import annotations
 
@@ -81,7 +91,7 @@ def describe(model) -> dict:
 
 
 def supports_trees(model) -> bool:
-    """Whether sessions on `model` verify a token tree in one call (``forward_tree`` / ``keep_tail``)."""
+    """Whether sessions on `model` verify a token tree in one call (``forward_tree``, ``keep(..., path)``)."""
     return not is_backend_model(model) or bool(getattr(model, "supports_trees", False))
 
 

@@ -7,9 +7,9 @@ One step, for the B rows still generating:
 2. the target runs ONE forward over [pending token, d_1 .. d_K] (K + 1 positions, ragged rows masked);
 3. :func:`exactspec.verification.rules.verify` applies the exact rule ("token", "block" or "greedy") and returns the
    accepted count n_b and the corrected/bonus token per row;
-4. both KV caches are rolled back to what each row accepted (see :mod:`exactspec.backends.cache`): crop to the
-   longest accepted run in the batch, mask the other rows' rejected slots as holes, keep explicit
-   per-row positions. Nothing is recomputed. Finished rows leave the batch.
+4. both KV caches keep what each row accepted (the session's ``keep``, :mod:`exactspec.backends.seam`; on
+   transformers: crop to the longest accepted run in the batch, mask the other rows' rejected slots as holes,
+   keep explicit per-row positions). Nothing is recomputed. Finished rows leave the batch.
 
 The target never sees its own last emitted token until the next step (it is "pending"): so the prefill
 is the prompt minus its last token and every target call is a verification producing >= 1 token.
@@ -285,6 +285,7 @@ class SpeculativeGenerator:
             else:
                 pos = torch.arange(big_k + 1, device=device)[None, :]  # [1, K+1]
                 inp = torch.cat([pending[:, None], draft.tokens], 1)  # [B, K+1]
+                start = target.length
                 logits = target.forward(inp, pos <= draft.lengths[:, None])  # [B, K+1, V]
                 _sync(device)
                 t2 = time.perf_counter()
@@ -324,7 +325,7 @@ class SpeculativeGenerator:
             kept = [i for i, d in enumerate(done) if not d]  # the rows still running, by position in the batch
             if kept:
                 if big_k:  # (a plain step fed the pending token only, and keeps it)
-                    target.rollback(pos <= n[:, None])  # pending + accepted drafts; the bonus is pending now
+                    target.keep(start, n + 1)  # pending + accepted drafts; the bonus is pending now
                 if big_k == 0:  # each token of a plain streak is its own step for the drafter
                     tell_drafter(drafter, n, made, draft)
                 else:

@@ -126,6 +126,7 @@ class DraftModelDrafter:
         tokens, probs, confs = [], [], []
         inp, valid = self._first_input()
         first, t0 = 0.0, time.perf_counter()
+        self._start = self.state.length  # where this step's slots begin (update keeps what was accepted)
         ask = policy is not None and policy.wants_confidence
         # [B] positions each row drafts: the policy's rows per position (a row it stops stays stopped), or caps
         lengths = caps.clamp(max=0) if ask else None
@@ -179,7 +180,7 @@ class DraftModelDrafter:
         return d[:, None]
 
     def update(self, accepted: torch.Tensor, next_token: torch.Tensor, draft: Draft) -> None:
-        """Roll the draft cache back to the accepted prefix; emitted tokens not fed yet become pending.
+        """Keep the accepted prefix in the draft cache; emitted tokens not fed yet become pending.
 
         A step fed the pending tokens and then d_1 .. d_f (f = calls - 1: d_K is drafted but not fed, unless
         the policy stopped the step after feeding it, when f = K)."""
@@ -193,7 +194,7 @@ class DraftModelDrafter:
         f, k = draft.calls - 1, draft.tokens.shape[1]
         j = torch.arange(1, k + 1, device=accepted.device)[None, :]  # [1, K]
         took = j <= accepted[:, None]  # [B, K]: the drafts each row kept
-        self.state.rollback(torch.cat([self.pending_valid, took[:, :f]], 1))
+        self.state.keep(self._start, self.pending_valid.sum(1) + accepted.clamp(max=f))
         # d_K is drafted and not fed (f = K - 1) unless the policy stopped the step after feeding it (f = K);
         # a row that kept it has it pending before the bonus token, left-packed (as left_pack would)
         full = took[:, -1] if f < k else None  # [B]

@@ -95,8 +95,7 @@ class FeatureDrafter(DraftModelDrafter):
             toks, feats, new_valid = (torch.cat([self.pending, toks], 1), torch.cat([self.pending_feats, feats], 1),
                                       torch.cat([self.pending_valid, new_valid], 1))
         else:  # the first call fed the pending pairs (kept); the later ones fed guesses (dropped)
-            own = torch.zeros(len(accepted), draft.calls - 1, dtype=torch.bool, device=accepted.device)
-            self.state.rollback(torch.cat([self.pending_valid, own], 1))
+            self.state.keep(self._start, self.pending_valid.sum(1))
         self.pending, self.pending_feats, self.pending_valid = _left_pack(toks, feats, new_valid)
 
     def select_rows(self, rows: torch.Tensor) -> None:

@@ -74,7 +74,7 @@ def prefill(model, drafter, ids: torch.Tensor, mask: torch.Tensor, lazy: bool = 
     than feeding the pending token alone: a whole llama.cpp decode of one token, ~1.5% of a 64-token run), and
     the pending token is already in the target's cache (still pending for the draft). With the evidence, the
     target takes the whole prompt before the decision, betting on a plain step, and gives the last slot back
-    (``rollback``) if the policy drafts: its evidence slots are the same either way."""
+    (the session's ``keep``) if the policy drafts: its evidence slots are the same either way."""
     target = open_session(model, ids.shape[0], target=True)
     if getattr(drafter, "wants_target_features", False):  # a feature draft reads the target's hidden states
         drafter.watch(target)
@@ -105,7 +105,7 @@ def prefill(model, drafter, ids: torch.Tensor, mask: torch.Tensor, lazy: bool = 
         caps = decide()
     first = None
     if whole and bool(caps.any()):  # the policy drafts: the pending token leaves the target's cache again
-        target.rollback(torch.zeros(ids.shape[0], 1, dtype=torch.bool, device=ids.device))
+        target.keep(target.length - 1, torch.zeros(ids.shape[0], dtype=torch.long, device=ids.device))
     elif whole:
         first = last
     _sync(ids.device)

@@ -9,8 +9,8 @@ One step, for the B rows still generating (:class:`TreeStepper`):
 3. :func:`exactspec.verification.candidates.verify_tree` walks the tree with the exact multi-round rule ("deterministic"
    candidates under greedy decoding, "without_replacement" when sampling): per row the accepted path
    (any depth, any branch) and the token after it;
-4. both KV caches keep only the accepted path (the session's ``keep_tail``: entries moved into place per
-   row, or the kept branch made the row's sequence), nothing is recomputed.
+4. both KV caches keep only the accepted path (the session's ``keep(start, counts, path)``: entries moved
+   into place per row, or the kept branch made the row's sequence), nothing is recomputed.
 
 ``tree`` (the argument of ``SpeculativeGenerator.generate``): a tuple of branching factors (a static
 tree), an int (a dynamic tree with that many nodes, EAGLE-2), or ``"auto"`` (the shape of
@@ -175,9 +175,7 @@ class TreeStepper:
         nxt = next_token[:, None]
         ones = torch.ones_like(nxt, dtype=torch.bool)
         w = int(accepted.max()) + 1 if accepted.numel() else 1
-        idx = torch.cat([torch.zeros_like(nxt), path + 1], 1)[:, :w]
-        keep = torch.cat([ones, path >= 0], 1)[:, :w]
-        self.target.keep_tail(self._start, idx, keep)
+        self.target.keep(self._start, accepted + 1, path=torch.cat([torch.zeros_like(nxt), path + 1], 1)[:, :w])
         if tree is None:  # nothing was fed to the draft this step
             drafter.pending, drafter.pending_valid = left_pack(
                 torch.cat([drafter.pending, nxt], 1), torch.cat([drafter.pending_valid, ones], 1))
@@ -185,7 +183,7 @@ class TreeStepper:
         slot = torch.where(path >= 0, tree.dslot.gather(1, path.clamp(min=0)), torch.full_like(path, -1))
         fed = slot >= 0  # every path node but possibly the last was fed (it has children)
         wd = int(fed.sum(1).max()) if fed.numel() else 0
-        drafter.state.keep_tail(tree.base, slot.clamp(min=0)[:, :wd], fed[:, :wd])
+        drafter.state.keep(tree.base, fed.sum(1), path=slot.clamp(min=0)[:, :wd])
         last = path.gather(1, (accepted - 1).clamp(min=0)[:, None])  # [B, 1]
         last_tok = tree.tokens.gather(1, last.clamp(min=0))
         unfed = (accepted > 0)[:, None] & (tree.dslot.gather(1, last.clamp(min=0)) < 0)

@@ -215,7 +215,7 @@ class SubsetLlamaCppLM(LlamaCppLM):
 
 class _MaskedSession:
     """A session whose logits `[B, S, V]` get -inf where `outside [V]` (one masked write, ~50 us at V = 49,152);
-    rollback, select_rows, n_real, ...: the wrapped session's."""
+    keep, select_rows, n_real, ...: the wrapped session's."""
 
     def __init__(self, inner, outside: torch.Tensor):
         self._inner, self._outside = inner, outside

@@ -63,7 +63,7 @@ def measure_forwards(target_model, draft_model, *, prompt_len: int | None = None
         sc.forward(new, torch.ones(batch_size, k, dtype=torch.bool), logits_to_keep=keep)
         _sync(sc.device)
         dt = time.perf_counter() - t0
-        sc.rollback(torch.zeros(batch_size, k, dtype=torch.bool))  # the next call sees the same context
+        sc.keep(sc.length - k, torch.zeros(batch_size, dtype=torch.long))  # the next call sees the same context
         return dt
 
     # Round robin: every repeat times the draft and every k once, so that a burst of load on a shared
