@@ -370,3 +370,17 @@ def test_sampled_prompt_lookup_under_auto_with_trimmed_drafts_matches_the_exact_
     for i, prompt in enumerate(([3, 1, 4, 3, 1, 4, 3, 1], [6, 2, 6, 2, 5])):
         p = chi2_pvalue(new[i * 1500:(i + 1) * 1500], exact_joint(target, prompt, {}))
         assert p > 1e-3, f"prompt {prompt}: chi-square p = {p:.2e}"
+
+
+def test_prices_no_draft_can_beat_make_auto_the_target_alone_with_no_probe_and_no_prompt_read():
+    """price[k] >= (k + 1) price[0] for every k: even a draft the target always keeps loses, so nothing is
+    worth reading or probing; one step cheaper than that and the policy is back to its estimate and probes."""
+    dear = CostModel(t_draft=0.002, target_times={1: 0.010, 2: 0.019, 16: 0.16})  # price[k] >= (k+1) price[0]
+    policy = AdaptivePolicy(dear, 8, DraftingState(_at_rate(0.999), probe_gap=1))
+    assert all(policy.price[k] >= (k + 1) * policy.price[0] for k in range(9))
+    assert policy.hopeless and not policy.wants_prompt_prior
+    assert all(policy.next_lengths(torch.tensor([50])).tolist() == [0] for _ in range(600))  # no probe, ever
+    assert not policy.probing and policy.plain_streak() >= 1 << 20
+    cheaper = AdaptivePolicy(CostModel(t_draft=0.002, target_times={1: 0.010, 2: 0.0105, 16: 0.16}), 8,
+                             DraftingState(probe_gap=1))
+    assert not cheaper.hopeless and cheaper.wants_prompt_prior

@@ -16,7 +16,8 @@ from exactspec.engine.policy import AdaptivePolicy, DraftingState
 
 # Drafting never pays at these prices (a draft call as dear as a target call, a flat target): plain steps,
 # probes growing 4, 8, 16, ... steps apart
-DEAR = CostModel(t_draft=0.010, target_times={1: 0.010, 2: 0.020, 16: 0.160})
+# drafting pays only for a draft kept 9 times in 10 (one that never could is not even asked: AdaptivePolicy.hopeless)
+DEAR = CostModel(t_draft=0.002, target_times={1: 0.010, 2: 0.017, 3: 0.0275, 16: 0.160})
 PROMPTS = [[5, 9, 13, 5, 9], [7, 8, 11]]
 
 
@@ -118,8 +119,7 @@ def _count_draft_forwards(monkeypatch):
 def test_a_run_that_never_drafts_never_feeds_the_draft(monkeypatch):
     target = tiny_lm("llama", seed=0)
     useless = tiny_lm("llama", seed=99, init=1.0, layers=1)
-    gen = SpeculativeGenerator(target, useless, max_gamma=4, calibrate=False,
-                               cost_model=CostModel(t_draft=1.0, target_times={1: 0.010, 16: 0.010}))
+    gen = SpeculativeGenerator(target, useless, max_gamma=4, cost_model=DEAR)
     calls = _count_draft_forwards(monkeypatch)
     out = gen.generate(*left_padded(PROMPTS), max_new_tokens=3, do_sample=False, eos_token_id=[], pad_token_id=0)
     assert out.stats.plain_steps == out.stats.target_calls == 3 and out.stats.draft_calls == 0
@@ -129,6 +129,10 @@ def test_a_run_that_never_drafts_never_feeds_the_draft(monkeypatch):
     out = gen.generate(*left_padded(PROMPTS), max_new_tokens=3, do_sample=False, eos_token_id=[], pad_token_id=0)
     assert out.stats.plain_steps == out.stats.target_calls == 3 and out.stats.draft_calls == 0
     assert calls == []  # ... a learnt one, which never drafts, does not feed the draft even the prompt
+    hopeless = SpeculativeGenerator(target, useless, max_gamma=4,
+                                    cost_model=CostModel(t_draft=1.0, target_times={1: 0.010, 16: 0.010}))
+    hopeless.generate(*left_padded(PROMPTS), max_new_tokens=3, do_sample=False, eos_token_id=[], pad_token_id=0)
+    assert calls == []  # prices no draft could beat (AdaptivePolicy.hopeless): not even the prompt is read
     out = gen.generate(*left_padded(PROMPTS), max_new_tokens=3, gamma=2, do_sample=False, eos_token_id=[],
                        pad_token_id=0)
     assert calls[0] == 4 and len(calls) == 1 + out.stats.draft_calls >= 2  # the prompt (less its last token), then drafts

@@ -189,13 +189,17 @@ class AdaptivePolicy:
         self.t_draft = cm.t_draft
         self.price = [cm.step_time(k) for k in range(max_gamma + 1)]  # [K+1] seconds of a k-draft step
         self.rate = 1.0 / self.price[0]
+        # No draft can pay at these prices, not even one the target always keeps: the target alone, with no
+        # prompt read and no probe (a seeded run reading the prompt's evidence for nothing ran 0.94x our
+        # target-alone loop on llama.cpp, smollm2, unseen_chat4, 2026-12-05)
+        self.hopeless = self.best_length(1.0, 1.0)[0] == 0
         self.probing, self._plain, self.early_stops = False, False, 0
         self._p = self._alive = self._w = None  # this step, per row: P(all so far accepted), drafting, weight
 
     @property
     def wants_prompt_prior(self) -> bool:
         """A model drafter's fresh model: the prefill may hand it the prompt's evidence."""
-        return not self.free_draft and self.model.observations == 0
+        return not self.free_draft and not self.hopeless and self.model.observations == 0
 
     def seed_from_prompt(self, confidence: list, accept: list, after: list) -> None:
         """The prompt's expected verdicts (:func:`exactspec.engine.promptprior.prompt_evidence`). They stand in
@@ -221,6 +225,9 @@ class AdaptivePolicy:
     # ------------------------------------------------------------------------------ the step
     def next_lengths(self, left: torch.Tensor) -> torch.Tensor:
         m, st = self.model, self.state
+        if self.hopeless:
+            self._plain = True
+            return left.clamp(min=0, max=0)
         # a model-free drafter looks for free and trims by its match: worth its best kind of match
         self._first, self._later = (m.best() if self.free_draft else m.mean()), m.continuation()
         k, self.rate = self.best_length(self._first, self._later)
@@ -247,6 +254,8 @@ class AdaptivePolicy:
     def plain_streak(self) -> int:
         """After a plain step by decision: the steps until the next probe, all plain for certain (the model
         does not move without verdicts); the loop may run them at once and tell :meth:`skip_plain`."""
+        if self.hopeless:
+            return 1 << 30
         return max(1, self.state.probe_gap - self.state.since_probe) if self._plain else 1
 
     def skip_plain(self, m: int) -> None:
@@ -363,11 +372,10 @@ def auto_cost(gen, batch_size: int, sampled: bool | None = None):
         return gen.cost_model
     draft = gen.draft if gen.draft is not None else gen.target
     if gen.draft is not None and sampled is not None and type(gen.drafter) is DraftModelDrafter:
-        from exactspec.engine.decoding import SpeculativeGenerator
         from exactspec.engine.loopcosts import loop_priced
 
         return stored_cost_model(gen.target, draft, batch_size, loop="sampled" if sampled else "greedy",
-                                 measure=lambda: loop_priced(SpeculativeGenerator(gen.target, gen.draft),
+                                 measure=lambda: loop_priced(type(gen)(gen.target, gen.draft),
                                                              batch_size, sampled=bool(sampled)))
     cm = stored_cost_model(gen.target, draft, batch_size)
     return cm.without_draft() if gen.draft is None else cm
