@@ -67,7 +67,8 @@ class SpeculativeGenerator:
     def __init__(self, target, draft=None, *, drafter=None, cost_model=None, max_gamma: int = 12,
                  calibrate: bool = True, tokenizer=None, draft_tokenizer=None):
         _check_causal_lm(target, "target")
-        max_gamma, calibrate = check_int("max_gamma", max_gamma, min=1), check_bool("calibrate", calibrate)
+        max_gamma = check_int("max_gamma", max_gamma, min=1)
+        check_bool("calibrate", calibrate)  # (accepted and checked, no longer used)
         from exactspec.speed.costmodel import CostModel
 
         if cost_model is not None and not isinstance(cost_model, CostModel):
@@ -106,7 +107,7 @@ class SpeculativeGenerator:
         if drafter is None:
             raise ValueError("a draft model or a drafter is required (draft=... or drafter='prompt_lookup')")
         self.target, self.draft, self.drafter = target, draft, drafter
-        self.cost_model, self.max_gamma, self.calibrate = cost_model, max_gamma, bool(calibrate)
+        self.cost_model, self.max_gamma = cost_model, max_gamma
         # What gamma="auto" learnt in earlier runs of this generator, per sampling setting and rule: the
         # acceptance model and the probing state (see exactspec.engine.policy).
         self._drafting: dict[tuple, DraftingState] = {}
