@@ -5,6 +5,7 @@ and seeded runs reproduce."""
 from __future__ import annotations
 
 import json
+import pathlib
 
 import pytest
 import torch
@@ -254,6 +255,39 @@ def test_a_profile_is_named_by_the_code_that_timed_its_loop(tmp_path, monkeypatc
     key = profiles.profile_key(target, draft, 1)
     monkeypatch.setattr(profiles, "_version", lambda: "0.1.0+000000000000")
     assert profiles.profile_key(target, draft, 1) != key
+
+
+def test_a_profile_is_named_by_the_processor_it_was_timed_on(monkeypatch):
+    """A VM moved from an AVX2 CPU to an AVX-512 one keeps its node name and `platform.processor()` (empty on
+    Linux); its stored profiles must not follow it: the model name and instruction sets name the profile."""
+    target, draft = _models()
+    key = profiles.profile_key(target, draft, 1)
+    assert profiles._cpu() and profiles._cpu() == profiles._cpu()
+    monkeypatch.setattr(profiles, "_cpu", lambda: "AMD EPYC 000000000000")
+    assert profiles.profile_key(target, draft, 1) != key
+    if pathlib.Path("/proc/cpuinfo").exists():  # the flags are read: another instruction set, another name
+        monkeypatch.undo()
+        profiles._cpu.cache_clear()
+        real = open("/proc/cpuinfo").read()
+        fake = real.replace(" avx2", " ", 1) if " avx2" in real else real + "\nflags\t: fake_isa\n"
+        monkeypatch.setattr("builtins.open", _opener(fake))
+        try:
+            assert profiles.profile_key(target, draft, 1) != key
+        finally:
+            monkeypatch.undo()
+            profiles._cpu.cache_clear()
+        assert profiles.profile_key(target, draft, 1) == key
+
+
+def _opener(text):
+    import builtins
+    import io
+
+    real_open = builtins.open
+
+    def fake(path, *a, **kw):
+        return io.StringIO(text) if str(path) == "/proc/cpuinfo" else real_open(path, *a, **kw)
+    return fake
 
 
 def test_a_run_whose_prompt_says_draft_gives_the_pending_token_back_and_stays_greedy_equal(monkeypatch):

@@ -80,13 +80,28 @@ def source_digest(root) -> str:
     return digest.hexdigest()[:12]
 
 
+@lru_cache(maxsize=1)
+def _cpu() -> str:
+    """The processor's model and instruction sets: a VM moved to another CPU (an AVX2 one, then an AVX-512 one)
+    keeps its node name and `platform.processor()` (empty on Linux), but not its costs: llama.cpp's k-token
+    forwards differ a lot between the two (../shared/design/llamacpp-costs.md)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            info = dict(line.split(":", 1) for line in fh.read().split("\n\n")[0].splitlines() if ":" in line)
+    except OSError:
+        return platform.processor()
+    info = {k.strip(): v.strip() for k, v in info.items()}
+    flags = hashlib.sha256(" ".join(sorted(info.get("flags", "").split())).encode()).hexdigest()[:12]
+    return f"{info.get('model name', platform.processor())} {flags}"
+
+
 def profile_key(target, draft, batch_size: int) -> str:
     """A hex digest naming the profile of (target, draft) at `batch_size` on this machine and build."""
     import torch
 
     blob = {"target": _shape(target), "draft": _shape(draft), "batch_size": batch_size,
             "torch": torch.__version__, "threads": torch.get_num_threads(), "exactspec": _version(),
-            "python": sys.version.split()[0], "machine": platform.machine(), "cpu": platform.processor(),
+            "python": sys.version.split()[0], "machine": platform.machine(), "cpu": _cpu(),
             "node": platform.node(), "env": {k: os.environ.get(k) for k in _ENV}}
     blob["target"]["config"].pop("_name_or_path", None)
     blob["draft"]["config"].pop("_name_or_path", None)
