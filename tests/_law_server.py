@@ -14,7 +14,9 @@ Faults (``--fault``): ``temperature:F`` samples at T·F; ``move:D`` moves D of t
 token to the second at every position; ``bonus-q`` draws the bonus token from q instead of p (speculative only);
 ``greedy-flip`` returns the second-best token at the third position under T = 0; ``swap-order`` applies the other
 engine's order of temperature and filters; ``no-ids`` leaves the token ids
-out of its answers; ``no-metrics`` has no /metrics page. ``--step-ms`` makes its steps cost known times.
+out of its answers; ``no-metrics`` has no /metrics page; ``no-clock`` keeps no clock of its own. ``--step-ms`` makes its steps cost
+known times; it answers with its own clock of each request as each engine does (llama.cpp's ``timings``, vLLM's
+request histograms), and caches the last prompt's prefix (a prompt pass computes only the tokens after it).
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import torch
-from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from transformers import AutoModelForCausalLM
 
 torch.set_num_threads(1)
@@ -53,8 +55,24 @@ def _min_p(p: torch.Tensor, min_p: float) -> torch.Tensor:
 class Sampler:
     def __init__(self, target, draft, gamma: int, fault: str, banned: list[int], costs=(0.0, 0.0, 0.0, 0.0)):
         self.target, self.draft, self.gamma, self.fault, self.banned = target, draft, gamma, fault, banned
-        self.costs = costs  # seconds slept: the prompt's pass, a plain step, a speculative step's a and b
+        self.costs = costs  # seconds slept: the prompt's pass, a plain step, a speculative step's a and b[, v]
         self.lock = threading.Lock()  # one forward at a time: torch on one thread, the tests' server is small
+        self.cached: list[int] = []  # the last prompt: its common prefix with the next is not computed again
+        self.clock: dict = {}  # the last request's: prompt_n, prefill_s, decode_s, accepted
+
+    def forward_s(self, k: int) -> float:
+        """Seconds slept by a target forward of k tokens under --step-ms with a fifth number V: PLAIN + V (k - 1)^2
+        (a curve no line through two draft lengths extrapolates)."""
+        return self.costs[1] + self.costs[4] * (k - 1) ** 2
+
+    def prompt_pass_s(self, prompt: list[int]) -> float:
+        """The prompt's pass: PREFILL, or with V a forward of the tokens after the cached prefix (more than 16: PREFILL)."""
+        same = 0
+        while same < min(len(prompt), len(self.cached)) and prompt[same] == self.cached[same]:
+            same += 1
+        computed = max(len(prompt) - same, 1)
+        self.cached, self.clock["prompt_n"] = list(prompt), computed
+        return self.forward_s(computed) if len(self.costs) > 4 and computed <= 16 else self.costs[0]
 
     def logits(self, model, ids: list[int], last: int = 1) -> torch.Tensor:  # [last, V] float64
         with torch.no_grad():
@@ -96,25 +114,33 @@ class Sampler:
         g = torch.Generator().manual_seed(int(seed)) if seed is not None else torch.Generator().manual_seed(
             int(torch.randint(0, 2 ** 62, ()).item()))
         with self.lock:
+            self.clock = {"accepted": 0}
             if self.draft is None or self.fault == "greedy-flip":
                 return self._plain(prompt, n, body, llamacpp, g)
             return self._speculative(prompt, n, body, llamacpp, g, counters)
 
     def _plain(self, prompt, n, body, llamacpp, g) -> list[int]:
         out = []
+        t0 = time.perf_counter()
         for k in range(n):
-            time.sleep(self.costs[0] if k == 0 else self.costs[1])  # a prompt's pass, a plain step
+            if k == 1:
+                t0, self.clock["prefill_s"] = time.perf_counter(), time.perf_counter() - t0
+            time.sleep(self.prompt_pass_s(prompt) if k == 0 else self.costs[1])  # a prompt's pass, a plain step
             z = self.logits(self.target, prompt + out)[0]
             x = int(torch.multinomial(self.law(z, body, llamacpp, prompt + out), 1, generator=g))
             if self.fault == "greedy-flip" and float(body.get("temperature", 1.0)) == 0 and k == 2:
                 x = int(z.topk(2).indices[1])  # the target's second choice
             out.append(x)
+        self.clock.setdefault("prefill_s", time.perf_counter() - t0)
+        self.clock["decode_s"] = time.perf_counter() - t0 if n > 1 else 0.0
         return out
 
     def _speculative(self, prompt, n, body, llamacpp, g, counters) -> list[int]:
         out = self._plain(prompt, 1, body, llamacpp, g)  # the first token from the prompt's pass, as engines do
-        while len(out) < n:
-            time.sleep(self.costs[2] + self.costs[3] * self.gamma)  # a speculative step: a + b * gamma
+        t0 = time.perf_counter()
+        while len(out) < n:  # a speculative step: a + b * gamma, or with V one forward of gamma + 1 tokens besides
+            verify = self.forward_s(self.gamma + 1) if len(self.costs) > 4 else 0.0
+            time.sleep(verify + self.costs[2] + self.costs[3] * self.gamma)
             drafts, qs = [], []
             for _ in range(self.gamma):  # the draft proposes gamma tokens sampled from q
                 q = self.law(self.logits(self.draft, prompt + out + drafts)[0], body, llamacpp, prompt + out + drafts)
@@ -139,7 +165,9 @@ class Sampler:
             counters["accepted"].inc(accepted)
             for i in range(accepted):
                 counters["per_pos"].labels(position=str(i)).inc()
+            self.clock["accepted"] += accepted
             out += drafts
+        self.clock["decode_s"] = time.perf_counter() - t0
         return out[:n]
 
 
@@ -157,6 +185,10 @@ def serve(args) -> None:
                 "accepted": Counter(prefix + "num_accepted_tokens", "accepted", registry=registry),
                 "per_pos": Counter(prefix + "num_accepted_tokens_per_pos", "per position", ["position"],
                                    registry=registry)}
+
+    clock = {} if llamacpp or args.fault == "no-clock" else {  # vLLM's request histograms
+        name: Histogram(f"vllm:request_{name}", name, registry=registry)
+        for name in ("prefill_time_seconds", "decode_time_seconds", "prefill_kv_computed_tokens")}
 
     if draft is not None:  # every draft position's counter exists from the start, as vLLM's do
         for i in range(args.gamma):
@@ -195,9 +227,18 @@ def serve(args) -> None:
                 return self._send(400, {"error": {"message": "prompt must be token ids"}})
             n = int(body.get("n_predict" if llamacpp else "max_tokens", 16))
             ids = sampler.complete(prompt, n, body, llamacpp, counters)
+            own = sampler.clock
+            if clock:
+                clock["prefill_time_seconds"].observe(own["prefill_s"])
+                clock["decode_time_seconds"].observe(own["decode_s"])
+                clock["prefill_kv_computed_tokens"].observe(own["prompt_n"])
+            timings = {} if not llamacpp or args.fault == "no-clock" else {"timings": {
+                "prompt_n": own["prompt_n"], "prompt_ms": own["prefill_s"] * 1e3, "predicted_n": len(ids),
+                "predicted_ms": own["decode_s"] * 1e3} | (
+                {"draft_n_accepted": own["accepted"]} if sampler.draft is not None else {})}
             if args.fault == "no-ids":
                 return self._send(200, {"content": "text"} if llamacpp else {"choices": [{"text": "text"}]})
-            return self._send(200, {"tokens": ids, "content": ""} if llamacpp else
+            return self._send(200, {"tokens": ids, "content": ""} | timings if llamacpp else
                               {"choices": [{"text": "", "token_ids": ids}]})
 
     server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
@@ -214,7 +255,9 @@ if __name__ == "__main__":
     ap.add_argument("--dialect", choices=("vllm", "llamacpp"), default="vllm")
     ap.add_argument("--name", default="tiny")
     ap.add_argument("--port", type=int, default=0)
-    ap.add_argument("--step-ms", help="PREFILL,PLAIN,A,B: milliseconds slept per prompt pass, plain step, and "
-                                      "speculative step (A + B * gamma), so an engine's costs are known")
+    ap.add_argument("--step-ms", help="PREFILL,PLAIN,A,B[,V]: milliseconds slept per prompt pass, plain step, and "
+                                      "speculative step (A + B * gamma), so an engine's costs are known; with V a "
+                                      "forward of k tokens sleeps PLAIN + V (k - 1)^2, a speculative step one of "
+                                      "gamma + 1 tokens besides, and a prompt pass one of its uncached tokens")
     serve(ap.parse_args())
     sys.exit(0)

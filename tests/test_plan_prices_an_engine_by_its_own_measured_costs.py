@@ -1,6 +1,7 @@
 """`plan --engine --engine-url`: an engine's step costs measured over HTTP (a plain server and speculative ones at two
-draft lengths, greedy, batch 1), fitted as a + b·γ, price its plan; they predict a server at another γ started
-afterwards. The servers are the tests' own (tests/_law_server.py), whose steps sleep known times."""
+draft lengths or more, greedy, batch 1) by the server's own clock, fitted as a + b·γ (+ e·γ² with three), price its
+plan; they predict a server at another γ started afterwards, at batch 1 and under load. The servers are the
+tests' own (tests/_law_server.py), whose steps sleep known times."""
 from __future__ import annotations
 
 import json
@@ -13,6 +14,8 @@ from exactspec.cli import main
 
 MS = "6,12,15,8"  # a prompt's pass 6 ms, a plain step 12 ms, a speculative step 15 + 8·γ ms: sleeps, not the
 # tiny models' forwards (about a millisecond, and noisy on a shared machine), set the costs
+CURVE = "6,12,15,8,2"  # a k-token forward 12 + 2·(k − 1)² ms: a speculative step verifies γ + 1 tokens in one, so
+# it costs 12 + 2·γ² + 15 + 8·γ ms, a curve that a line through γ = 2 and 3 misses by 16% at γ = 6
 
 
 @pytest.fixture(scope="module")
@@ -25,36 +28,97 @@ def no_pause(monkeypatch):
     monkeypatch.setattr(enginecosts, "PAUSE_S", 0.0)  # the tests' server does not spin after a request
 
 
-def plan(capsys, tiny, *extra):
-    rc = main(["plan", "--engine", "vllm", "--target", str(tiny / "target"), "--draft", str(tiny / "draft"),
+def plan(capsys, tiny, *extra, engine="vllm"):
+    rc = main(["plan", "--engine", engine, "--target", str(tiny / "target"), "--draft", str(tiny / "draft"),
                "--prompts", str(tiny / "prompts.json"), "--max-new-tokens", "24", "--max-gamma", "6",
-               "--tree-nodes", "0", "--draft-sample-method", "greedy", "--json", *extra])
+               "--tree-nodes", "0", *(["--draft-sample-method", "greedy"] if engine == "vllm" else []), "--json",
+               *extra])
     out, err = capsys.readouterr()
     return rc, (json.loads(out) if rc == 0 else err)
 
 
-def test_costs_fitted_on_two_gammas_predict_a_third_server(tiny, capsys, tmp_path):
+def _ids(tiny):
+    return [[int(t[1:]) + 3 for t in prompt.split()] for prompt in json.loads((tiny / "prompts.json").read_text())]
+
+
+def _whole(m):  # Σ t_N on the client's clock: whole requests, what a user waits for
+    return m["client_seconds"] + m["requests"] * m["t_prefill"]
+
+
+def test_llamacpp_requests_are_timed_and_counted_by_the_servers_timings(tiny):
+    """llama.cpp's server answers each completion with `timings` (predicted_ms, draft_n_accepted): a speculative
+    step of 15 + 8·3 ms slept is measured as that by the server's clock, its steps from the accepted drafts."""
+    spec = ["--target", str(tiny / "target"), "--draft", str(tiny / "draft"), "--step-ms", MS, "--dialect", "llamacpp"]
+    with law_server(*spec, "--gamma", "3") as g3:
+        m = enginecosts.measure_server(g3, _ids(tiny), max_tokens=24, repeats=1, pause=0.0)
+    assert m["engine"] == "llamacpp" and m["clock"] == "server" and m["gamma"] == 3
+    assert 0.039 <= m["t_step"] <= 0.039 * 1.5  # the sleep, and the tiny models' forwards
+    assert m["steps"] < m["tokens"]  # accepted drafts came back in the timings
+
+
+@pytest.mark.parametrize("dialect", ["vllm"])
+def test_costs_fitted_on_three_gammas_predict_gamma_6_where_the_step_cost_curves(tiny, capsys, tmp_path, dialect):
+    """γ = 2, 3 and 4 measured by each engine's own clock, γ = 6 predicted on a server started afterwards: the
+    step's curve is fitted (a line through γ = 2 and 3 would miss γ = 6's step by 16%)."""
+    d = ["--dialect", dialect]
+    spec = ["--target", str(tiny / "target"), "--draft", str(tiny / "draft"), "--step-ms", CURVE, *d]
+    with law_server("--target", str(tiny / "target"), "--step-ms", CURVE, *d) as plain, \
+            law_server(*spec, "--gamma", "2") as g2, law_server(*spec, "--gamma", "3") as g3, \
+            law_server(*spec, "--gamma", "4") as g4:
+        rc, out = plan(capsys, tiny, "--engine-url", plain, "--engine-url", g2, "--engine-url", g3, "--engine-url",
+                       g4, "--engine-profile", str(tmp_path / "engine.json"), engine=dialect)
+    assert rc == 0, out
+    costs = out["engine_costs"]
+    assert costs["engine"] == dialect and costs["clock"] == "server"
+    assert 0.0015 <= costs["e"] <= 0.003  # 2 ms·γ² slept by the verification
+    assert out["pricing"] == "the engine's own costs, measured live" and "recommendation" in out
+    with law_server(*spec, "--gamma", "6") as g6, law_server("--target", str(tiny / "target"), "--step-ms", CURVE,
+                                                              *d) as p:
+        live6 = enginecosts.measure_server(g6, _ids(tiny), max_tokens=24, repeats=3, pause=0.0)
+        live0 = enginecosts.measure_server(p, _ids(tiny), max_tokens=24, repeats=3, pause=0.0)
+    assert live6["clock"] == "server" and live6["gamma"] == 6
+    row = next(r for r in out["rows"] if r["gamma"] == 6)
+    assert row["expected_tokens"] == pytest.approx(live6["tokens_per_step"], rel=0.05)
+    assert enginecosts.step_seconds(costs | {"measured": []}, 6) == pytest.approx(live6["t_step"], rel=0.10)
+    assert row["predicted_request_speedup"] == pytest.approx(_whole(live0) / _whole(live6), rel=0.10)
+    # the stored profile prices the same plan without any server
+    rc, again = plan(capsys, tiny, "--engine-profile", str(tmp_path / "engine.json"), engine=dialect)
+    assert rc == 0 and [r["predicted_speedup"] for r in again["rows"]] == [r["predicted_speedup"] for r in out["rows"]]
+
+
+def test_under_load_two_gammas_row_step_prices_predict_a_third_servers_throughput(tiny, capsys):
+    """--engine-load 2: the servers timed 2 requests at a time; a row-step at γ priced as a + b·γ from γ = 2 and 4
+    predicts the throughput of a γ = 3 server, started afterwards, over the plain one's at that load."""
+    from exactspec.audit.engineload import ratio_runs
+
     spec = ["--target", str(tiny / "target"), "--draft", str(tiny / "draft"), "--step-ms", MS]
     with law_server("--target", str(tiny / "target"), "--step-ms", MS) as plain, \
             law_server(*spec, "--gamma", "2") as g2, law_server(*spec, "--gamma", "4") as g4:
         rc, out = plan(capsys, tiny, "--engine-url", plain, "--engine-url", g2, "--engine-url", g4,
-                       "--engine-profile", str(tmp_path / "engine.json"))
-    assert rc == 0, out
-    costs = out["engine_costs"]
-    assert costs["engine"] == "vllm" and 0.007 <= costs["b"] <= 0.015  # 8 ms slept per drafted token, and its forward
-    assert out["pricing"] == "the engine's own costs, measured live" and "recommendation" in out
-    with law_server(*spec, "--gamma", "3") as g3, law_server("--target", str(tiny / "target"), "--step-ms", MS) as p:
-        ids = [[int(t[1:]) + 3 for t in prompt.split()] for prompt in json.loads((tiny / "prompts.json").read_text())]
-        live3 = enginecosts.measure_server(g3, ids, max_tokens=24, repeats=3, pause=0.0)
-        live0 = enginecosts.measure_server(p, ids, max_tokens=24, repeats=3, pause=0.0)
-    row = out["rows"][2]
-    assert row["gamma"] == 3
-    assert row["expected_tokens"] == pytest.approx(live3["tokens_per_step"], rel=0.05)
-    whole = lambda m: m["seconds"] + m["requests"] * m["t_prefill"]  # noqa: E731  (Σ t_N: whole requests)
-    assert row["predicted_request_speedup"] == pytest.approx(whole(live0) / whole(live3), rel=0.10)
-    # the stored profile prices the same plan without any server
-    rc, again = plan(capsys, tiny, "--engine-profile", str(tmp_path / "engine.json"))
-    assert rc == 0 and [r["predicted_speedup"] for r in again["rows"]] == [r["predicted_speedup"] for r in out["rows"]]
+                       "--engine-load", "2")
+        assert rc == 0, out
+        with law_server(*spec, "--gamma", "3") as g3:
+            live = ratio_runs(plain, g3, _ids(tiny), 2, max_tokens=24, temperature=0.0, repeats=2, waves=2)
+    load = out["engine_costs"]["loads"]["2"]
+    assert load["plain_tokens_per_second"] > 0 and load["b"] > 0
+    row = next(r for r in out["rows"] if r["gamma"] == 3)
+    assert row["load"]["2"]["predicted_speedup"] == pytest.approx(live["speedup"], rel=0.15)
+    assert any("--engine-load" in n for n in out["notes"])
+
+
+def test_three_draft_lengths_see_a_step_that_grows_faster_than_a_line():
+    """Steps of 11.4 + 0.2·γ + 0.17·γ² ms (vLLM-CPU's shape, r2): two γ extrapolate a line that misses γ = 6 by 9%;
+    three fit the curve and price γ = 6 within 1%; two γ keep the line."""
+    step = lambda g: 0.0114 + 0.0002 * g + 0.00017 * g * g  # noqa: E731
+    plain = {"url": "p", "engine": "vllm", "model": "m", "gamma": None, "max_tokens": 64, "t_prefill": 0.02,
+             "t_token": 0.0098}
+    spec = lambda g: {"url": f"g{g}", "engine": "vllm", "model": "m", "gamma": g, "max_tokens": 64,  # noqa: E731
+                      "t_prefill": 0.03, "t_step": step(g)}
+    two = enginecosts.fit([plain, spec(2), spec(3)])
+    three = enginecosts.fit([plain, spec(2), spec(3), spec(4)])
+    assert two["e"] == 0.0 and enginecosts.step_seconds(two, 6) < 0.92 * step(6)
+    assert enginecosts.step_seconds(three, 6) == pytest.approx(step(6), rel=0.01)
+    assert enginecosts.step_seconds(three, 0) == pytest.approx(0.0098)
 
 
 def test_do_not_speculate_when_no_draft_length_pays(tiny, capsys, tmp_path):
@@ -65,9 +129,23 @@ def test_do_not_speculate_when_no_draft_length_pays(tiny, capsys, tmp_path):
     enginecosts.save(enginecosts.fit(measured), str(tmp_path / "slow.json"))
     rc, out = plan(capsys, tiny, "--engine-profile", str(tmp_path / "slow.json"))
     assert rc == 0 and out["speculation_helps"] is False
-    assert out["engine_costs"]["a"] == pytest.approx(0.020) and out["engine_costs"]["b"] == pytest.approx(0.008)
+    costs = out["engine_costs"]
+    assert costs["a"] == pytest.approx(0.020) and costs["b"] == pytest.approx(0.008) and costs["e"] == 0.0
     assert out["recommendation"].startswith("do not speculate on vllm")
     assert all(r["predicted_speedup"] < 1 for r in out["rows"])
+
+
+def test_a_server_without_its_own_clock_is_timed_by_the_clients_and_priced_by_a_line(tiny, capsys):
+    """No llama.cpp `timings`, no vLLM histograms: the client's clock, and the plan says so."""
+    spec = ["--target", str(tiny / "target"), "--draft", str(tiny / "draft"), "--step-ms", MS, "--fault", "no-clock"]
+    with law_server("--target", str(tiny / "target"), "--step-ms", MS, "--fault", "no-clock") as plain, \
+            law_server(*spec, "--gamma", "2") as g2, law_server(*spec, "--gamma", "4") as g4:
+        rc, out = plan(capsys, tiny, "--engine-url", plain, "--engine-url", g2, "--engine-url", g4)
+    assert rc == 0, out
+    costs = out["engine_costs"]
+    assert costs["clock"] == "client" and costs["e"] == 0.0
+    assert 0.007 <= costs["b"] <= 0.015  # 8 ms slept per drafted token, and its forward
+    assert any("the client's clock" in n for n in out["notes"])
 
 
 def test_engine_costs_need_a_plain_server_and_two_gammas(tiny, capsys, tmp_path):
@@ -79,6 +157,11 @@ def test_engine_costs_need_a_plain_server_and_two_gammas(tiny, capsys, tmp_path)
         assert rc == 2 and "speculation off" in err
     rc, err = plan(capsys, tiny, "--engine-profile", str(tmp_path / "missing.json"))
     assert rc == 2 and "cannot read --engine-profile" in err
+    for bad in ("1", "4,x", "0,4"):
+        rc, err = plan(capsys, tiny, "--engine-url", "http://127.0.0.1:1", "--engine-load", bad)
+        assert rc == 2 and "--engine-load must be comma-separated integers" in err
+    rc, err = plan(capsys, tiny, "--engine-profile", str(tmp_path / "missing.json"), "--engine-load", "4")
+    assert rc == 2 and "--engine-load times servers: give --engine-url too" in err
     rc = main(["plan", "--target", str(tiny / "target"), "--draft", str(tiny / "draft"), "--prompts",
                str(tiny / "prompts.json"), "--engine-url", "http://127.0.0.1:1"])
     assert rc == 2 and "--engine vllm|llamacpp|sglang" in capsys.readouterr().err

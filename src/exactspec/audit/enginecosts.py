@@ -2,19 +2,24 @@
 that prices `exactspec plan --engine` with it.
 
 **What is timed.** Requests at batch 1 at the plan's temperature (greedy by default), one at a time, each prompt
-``repeats`` times: a 1-token request (the prompt's pass and the first token) and an N-token one; the engine's
-counters are read around each N-token request. After its first token a request of N tokens takes ``N - 1 - accepted``
-engine steps (a step emits its accepted drafts plus one token; a step that drafts nothing emits one), so
+``repeats`` times: a 1-token request (the prompt's pass and the first token, on the client's clock: what a whole
+request pays besides decoding) and an N-token one, timed by the server's own clock where it keeps one
+(:mod:`exactspec.audit.engineclock`: llama.cpp's ``timings``, vLLM's request histograms), else by the client's
+(t_N − t_1). After its first token a request of N tokens takes ``N − 1 − accepted`` engine steps (a step emits its
+accepted drafts plus one token), so
 
-- a plain server gives ``t_plain``, the seconds per token after the first: Σ(t_N − t_1) / Σ(N − 1);
-- a speculative server at γ gives ``t_step(γ)``: Σ(t_N − t_1) / Σ steps, and its tokens per step (vLLM drafts γ to
+- a plain server gives ``t_plain``, the seconds per token after the first;
+- a speculative server at γ gives ``t_step(γ)``, the seconds per step, and its tokens per step (vLLM drafts γ to
   the end and counts drafts accepted past N: there a step is a draft, one per step after the first token).
 
-**The fit.** Two or more speculative γ fit ``t_step(γ) = a + b·γ`` (least squares): b is what one more drafted
-token costs (a draft forward, and the verification's growth), a the rest of a step. That needs a plain server
-and speculative servers at two γ at least, the same target. As a CostModel: ``t_draft = b``, ``T_target(1) =
-t_plain``, ``T_target(k ≥ 2) = a``, so ``step_time(γ) = a + b·γ`` and the plan's speedup at γ is its tokens per
-step × t_plain / (a + b·γ): the engine's own tokens per second over its own plain decoding.
+**The fit.** Speculative servers at two γ fit ``t_step(γ) = a + b·γ`` (least squares; b what one more drafted
+token costs, its draft forward and the verification's growth; a the rest of a step); three γ or more fit
+``a + b·γ + e·γ²`` where every term comes out non-negative (vLLM-CPU's steps grow faster than a line: 12.7, 13.6,
+15.1, 19.3 ms at γ = 2, 3, 4, 6, round r2; two γ cannot see it). A plain server gives ``t_plain``. Tried and
+dropped (round r2, docs/engines.md): timing the verification's k-token forward on the plain server (a cached
+prompt extended by k tokens): llama.cpp's server-timed prompt pass of k tokens cost more than a whole speculative
+step verifying them (T(7) − T(1) = 2.7–4.5 ms against γ = 6 steps of 5.7–6.0 ms), and vLLM-CPU's stayed flat
+within its noise, so it priced worse than the line on one engine and no better on the other.
 
 **Pauses.** An idle vLLM-CPU server keeps its threads spinning for about a second after each request
 (../shared/design/engines.md): every timed request waits ``pause`` seconds first.
@@ -22,65 +27,59 @@ step × t_plain / (a + b·γ): the engine's own tokens per second over its own p
 from __future__ import annotations
 
 import json
-import time
 
 import numpy as np
 
-from exactspec.audit.client import Server, counters as _counters
-from exactspec.audit.engines import DIALECTS, NO_IDS, detect
+from exactspec.audit.client import Server
+from exactspec.audit.engineclock import timed_request
+from exactspec.audit.engineload import load_speedup
+from exactspec.audit.engines import DIALECTS, detect
 from exactspec.audit.laws import Settings
 
-FORMAT = "exactspec.EngineProfile/1"
+FORMAT = "exactspec.EngineProfile/2"
 PAUSE_S = 1.5  # vLLM-CPU spins ~1 s after each request (measured, engines.md)
 
 
 def measure_server(url: str, prompts: list[list[int]], *, max_tokens: int = 64, repeats: int = 1,
                    pause: float | None = None, temperature: float = 0.0, progress=None) -> dict:
-    """One server's timings (module docstring): ``engine``, ``gamma`` (None: no speculation), ``t_prefill``,
-    ``seconds`` (Σ t_N − t_1), ``tokens`` (Σ N − 1), ``steps``, ``t_token`` or ``t_step``, ``tokens_per_step``."""
+    """One server's timings (module docstring): ``engine``, ``gamma`` (None: no speculation), ``clock``
+    ("server" or "client"), ``t_prefill`` (client), ``seconds``, ``tokens`` (Σ N − 1), ``steps``, ``t_token`` or
+    ``t_step``, ``tokens_per_step``."""
     pause = PAUSE_S if pause is None else pause
     server = Server(url, concurrency=1)
     try:
         engine, model = detect(server.get_json)
-        dialect = DIALECTS[engine]
-        greedy = Settings(temperature)
-        t1 = tn = 0.0
+        dialect, law = DIALECTS[engine], Settings(temperature)
+        t1 = client = own = 0.0
         tokens = steps = 0
-        gamma = None
+        gamma, clocked = None, True
         for r in range(repeats):
             for j, prompt in enumerate(prompts):
-                for n in (1, max_tokens):
-                    time.sleep(pause)
-                    before = _counters(server) if n > 1 else None
-                    t0 = time.perf_counter()
-                    ids = dialect.tokens(server.post_json(dialect.path, dialect.request(model, prompt, n, greedy, 0)))
-                    dt = time.perf_counter() - t0
-                    if not ids:
-                        raise ValueError(f"the server at {url} {NO_IDS[engine]}")
-                    if n == 1:
-                        t1 += dt
-                        continue
-                    tn += dt
-                    tokens += len(ids) - 1
-                    after = _counters(server)
-                    d = after.minus(before) if before is not None and after is not None else None
-                    if d is not None and d.drafts:
-                        gamma = len(after.per_pos)
-                        # vLLM drafts γ to the end and counts drafts accepted past max_tokens: each of its steps
-                        # after the first token verifies one draft. llama.cpp caps drafts at the tokens left and
-                        # steps plainly where it drafts nothing: its steps are the tokens less those accepted.
-                        steps += int(d.drafts) if engine == "vllm" else len(ids) - 1 - int(d.accepted)
-                    else:
-                        steps += len(ids) - 1
+                first = timed_request(server, dialect, model, prompt, 1, law, 0, pause)
+                t1 += first.client
+                one = timed_request(server, dialect, model, prompt, max_tokens, law, 0, pause)
+                client += one.client - first.client
+                clocked = clocked and one.decode_s is not None
+                own += one.decode_s or 0.0
+                tokens += one.tokens - 1
+                gamma = one.gamma or gamma
+                if one.accepted:
+                    # vLLM drafts γ to the end and counts drafts accepted past max_tokens: each of its steps
+                    # after the first token verifies one draft. llama.cpp caps drafts at the tokens left and
+                    # steps plainly where it drafts nothing: its steps are the tokens less those accepted.
+                    steps += int(one.drafts) if engine == "vllm" else one.tokens - 1 - int(one.accepted)
+                else:
+                    steps += one.tokens - 1
                 if progress is not None:
                     progress.unit(f"{url} prompt {j + 1} (repeat {r + 1})")
+        n_req = repeats * len(prompts)
+        out = {"url": url, "engine": engine, "model": model, "gamma": gamma, "requests": n_req,
+               "max_tokens": max_tokens, "clock": "server" if clocked else "client", "t_prefill": t1 / n_req,
+               "seconds": own if clocked else client, "client_seconds": client, "tokens": tokens, "steps": steps,
+               "tokens_per_step": tokens / steps if steps else None}
+        out["t_token" if gamma is None else "t_step"] = out["seconds"] / max(steps, 1)
     finally:
         server.close()
-    n_req = repeats * len(prompts)
-    out = {"url": url, "engine": engine, "model": model, "gamma": gamma, "requests": n_req,
-           "max_tokens": max_tokens, "t_prefill": t1 / n_req, "seconds": tn - t1, "tokens": tokens,
-           "steps": steps, "tokens_per_step": tokens / steps if steps else None}
-    out["t_token" if gamma is None else "t_step"] = (tn - t1) / max(steps, 1)
     return out
 
 
@@ -96,22 +95,45 @@ def fit(measured: list[dict]) -> dict:
                          "the engine's own plain decoding")
     if len({m["gamma"] for m in spec}) < 2:
         raise ValueError("--engine-url: give speculative servers at two draft lengths at least (e.g. γ = 2 and 3): "
-                         f"a step's cost is fitted as a + b·γ (got γ {[m['gamma'] for m in spec]})")
+                         f"a step is fitted as a + b·γ (got γ {[m['gamma'] for m in spec]})")
+    p = plain[0]
     g = np.array([m["gamma"] for m in spec], float)
     t = np.array([m["t_step"] for m in spec], float)
     b, a = np.polyfit(g, t, 1)
     if b < 0:  # a step never gets cheaper for drafting more: flat, at the steps' mean
         b, a = 0.0, float(t.mean())
-    return {"format": FORMAT, "engine": engines.pop(), "model": plain[0]["model"], "t_plain": plain[0]["t_token"],
-            "a": float(a), "b": float(b), "measured": measured}
+    e, b, a = _curve(g, t, (0.0, max(float(b), 0.0), max(float(a), 0.0)))
+    return {"format": FORMAT, "engine": engines.pop(), "model": p["model"], "t_plain": p["t_token"],
+            "clock": p.get("clock", "client"), "a": a, "b": b, "e": e, "measured": measured}
+
+
+def _curve(g: np.ndarray, r: np.ndarray, line: tuple) -> tuple[float, float, float]:
+    """``(e, b, a)``: with three draft lengths or more, a step fitted as a + b·γ + e·γ² where it curves upwards
+    (e > 0) and still costs more for every γ = 1 … 64 than for the one before (b may be negative: the curve's
+    bottom lies below γ = 1); else `line` (e = 0)."""
+    if len(set(g.tolist())) < 3:
+        return line
+    e, b, a = (float(x) for x in np.polyfit(g, r, 2))
+    steps = a + b * np.arange(1, 65) + e * np.arange(1, 65) ** 2
+    return (e, b, a) if e > 0 and steps[0] > 0 and (np.diff(steps) >= 0).all() else line
+
+
+def step_seconds(profile: dict, gamma: int) -> float:
+    """A step of the engine at γ (γ = 0: a plain step)."""
+    return cost_model(profile).step_time(gamma)
 
 
 def cost_model(profile: dict):
-    """The profile as a CostModel: step_time(γ) = a + b·γ, T_target(1) = t_plain."""
+    """The profile as a CostModel: step_time(0) = t_plain, step_time(γ) = a + b·γ (+ e·γ²: then a table of the
+    steps themselves, γ up to 64, as the target's times at γ + 1 tokens with a free draft)."""
     from exactspec.speed.costmodel import CostModel
 
-    a, b, plain = profile["a"], profile["b"], profile["t_plain"]
-    return CostModel(b, {1: plain, 2: a, 1 << 20: a}, metadata={"engine": profile["engine"], "source": FORMAT})
+    a, b, e = profile["a"], profile["b"], profile.get("e") or 0.0
+    meta = {"engine": profile["engine"], "source": FORMAT}
+    if e:
+        return CostModel(0.0, {1: profile["t_plain"]} | {g + 1: a + b * g + e * g * g for g in range(1, 65)},
+                         metadata=meta)
+    return CostModel(b, {1: profile["t_plain"], 2: a, 1 << 20: a}, metadata=meta)
 
 
 def save(profile: dict, path: str) -> None:
@@ -131,37 +153,52 @@ def load(path: str) -> dict:
 def request_speedup(profile: dict, gamma: int, tokens_per_step: float) -> float:
     """A whole request's time on the plain server over the speculative one at γ, for requests as long as those
     timed: each pays its prompt's pass (the speculative servers' measured mean: the draft has a prompt to read
-    too), then N − 1 tokens at the plain rate or in steps of a + b·γ."""
+    too), then N − 1 tokens at the plain rate or in steps of :func:`step_seconds`."""
     plain = next(m for m in profile["measured"] if m["gamma"] is None)
     spec = [m["t_prefill"] for m in profile["measured"] if m["gamma"] is not None]
     n = plain["max_tokens"] - 1
     t_plain = plain["t_prefill"] + n * profile["t_plain"]
-    t_spec = sum(spec) / len(spec) + n / tokens_per_step * (profile["a"] + profile["b"] * gamma)
+    t_spec = sum(spec) / len(spec) + n / tokens_per_step * step_seconds(profile, gamma)
     return t_plain / t_spec
 
 
 def engine_costs(urls: list[str] | None, profile_path: str | None, engine: str, prompts: list[list[int]], *,
-                 max_tokens: int, repeats: int = 3, temperature: float = 0.0,
+                 max_tokens: int, repeats: int = 3, temperature: float = 0.0, loads: list[int] = (),
                  progress=None) -> tuple[dict, list, list[str]]:
-    """``(profile, [(1, CostModel)], notes)`` for `plan --engine`: measured at ``urls`` (and stored at
-    ``profile_path`` when given), or read from ``profile_path``."""
+    """``(profile, [(1, CostModel)], notes)`` for `plan --engine`: measured at ``urls`` (at batch 1, and at each
+    concurrency of `loads`: :mod:`exactspec.audit.engineload`; stored at ``profile_path`` when given), or read
+    from ``profile_path``."""
+    from exactspec.audit.engineload import fit_load, measure_load
+
     if urls:
         if progress is not None:
-            progress.start(len(urls) * repeats * len(prompts), f"timing {len(urls)} {engine} servers (greedy, batch 1)")
+            progress.start(len(urls) * repeats * len(prompts), f"timing {len(urls)} {engine} servers (batch 1)")
         measured = [measure_server(u, prompts, max_tokens=max_tokens, repeats=repeats, temperature=temperature,
                                    progress=progress) for u in urls]
         profile = fit(measured)
+        profile["loads"] = {}
+        for c in loads:  # each prompt at least 3 times, and 4 waves of c requests at least
+            if progress is not None:
+                progress.phase(f"timing {len(urls)} {engine} servers at concurrency {c}")
+            reps = max(repeats, -(-4 * c // max(len(prompts), 1)))
+            profile["loads"][str(c)] = fit_load([measure_load(u, prompts, c, max_tokens=max_tokens, repeats=reps,
+                                                              temperature=temperature, pause=PAUSE_S) for u in urls])
         if profile_path:
             save(profile, profile_path)
     else:
         profile = load(profile_path)
     if profile["engine"] != engine:
         raise ValueError(f"--engine {engine}, but the servers' costs are {profile['engine']}'s")
+    return profile, [(1, cost_model(profile))], [describe(profile)]
+
+
+def describe(profile: dict) -> str:
+    """One line: where the engine's prices come from."""
     gammas = sorted(m["gamma"] for m in profile["measured"] if m["gamma"] is not None)
-    note = (f"priced by {engine}'s own costs, measured live (greedy, batch 1): plain {1 / profile['t_plain']:.1f} "
-            f"tokens/s; a step at γ costs {profile['a'] * 1e3:.2f} + {profile['b'] * 1e3:.2f}·γ ms, fitted on "
-            f"speculative servers at γ = {', '.join(map(str, gammas))}")
-    return profile, [(1, cost_model(profile))], [note]
+    curve = f" + {profile['e'] * 1e3:.3f}·γ²" if profile.get("e") else ""
+    return (f"priced by {profile['engine']}'s own costs, measured live (batch 1, the {profile['clock']}'s clock): plain "
+            f"{1 / profile['t_plain']:.1f} tokens/s; a step at γ costs {profile['a'] * 1e3:.2f} + "
+            f"{profile['b'] * 1e3:.2f}·γ{curve} ms, fitted on speculative servers at γ = {', '.join(map(str, gammas))}")
 
 
 def annotate(out: dict, profile: dict) -> dict:
@@ -172,10 +209,22 @@ def annotate(out: dict, profile: dict) -> dict:
         if row.get("predicted_speedup") is not None:
             row["tokens_per_second"] = row["predicted_speedup"] * plain
             row["predicted_request_speedup"] = request_speedup(profile, row["gamma"], row["expected_tokens"])
-    out["engine_costs"] = {k: profile[k] for k in ("engine", "model", "t_plain", "a", "b")} | {
+    out["engine_costs"] = {k: profile.get(k) for k in ("engine", "model", "clock", "t_plain", "a", "b", "e")} | {
         "plain_tokens_per_second": plain,
+        "step_seconds": {g: step_seconds(profile, g) for g in range(0, 9)},
         "measured": [{k: m[k] for k in ("url", "gamma", "tokens_per_step", "t_prefill") if k in m} |
                      {"t": m.get("t_step", m.get("t_token"))} for m in profile["measured"]]}
+    loads = profile.get("loads") or {}
+    for row in out.get("rows", []):  # under load: the same tokens per step, the load's own row-step prices
+        if loads and row.get("expected_tokens") is not None:
+            row["load"] = {c: {"predicted_speedup": (x := load_speedup(L, row["gamma"], row["expected_tokens"])),
+                               "tokens_per_second": x * L["plain_tokens_per_second"]} for c, L in loads.items()}
+    if loads:
+        out["engine_costs"]["loads"] = {c: {k: L[k] for k in ("u_plain", "a", "b", "plain_tokens_per_second")}
+                                        for c, L in loads.items()}
+        out["notes"].append("under load (--engine-load): a row-step at γ priced as a + b·γ from the speculative "
+                            "servers timed at that concurrency (a line from the γ measured: measure near the γ you "
+                            "will run); tokens per step as at batch 1 (exactspec.audit.engineload)")
     best = out.get("predicted_speedup")
     if best is not None and best <= 1.0:
         out["recommendation"] = (f"do not speculate on {profile['engine']}: at its measured costs no draft length "

@@ -52,8 +52,12 @@ def register(subparsers) -> None:
     eng.add_argument("--audit", metavar="FILE", help="an `exactspec audit --json` report: its verdict beside the config")
     eng.add_argument("--engine-url", action="append", metavar="URL",
                      help="a running --engine server, repeatable: one with speculation off and speculative ones at two "
-                          "draft lengths or more (same target); greedy requests at batch 1 time a step, fitted as "
-                          "a + b*gamma, so rows give the engine's own tokens/s and speedup (docs/engines.md)")
+                          "draft lengths or more (same target); requests at batch 1, timed by the server's own clock, "
+                          "price a step as a + b*gamma (+ e*gamma^2 with three gammas or more), so rows give the "
+                          "engine's own tokens/s and speedup (docs/engines.md)")
+    eng.add_argument("--engine-load", metavar="C[,C...]",
+                     help="with --engine-url: also time the servers at these concurrencies (e.g. 4,16) and predict "
+                          "each gamma's throughput there over the engine's plain throughput (rows' load)")
     eng.add_argument("--engine-profile", metavar="FILE",
                      help="with --engine-url: store the engine's measured costs here; alone: price with them")
     eng.add_argument("--context", type=integer(1), default=4096, metavar="N",
@@ -99,6 +103,12 @@ def run(args) -> int:
                                                      args.cost is not None or args.profile):
         raise ValueError("--engine-url / --engine-profile price an engine's plan: give --engine vllm|llamacpp|sglang, "
                          "and no --cost, --profile or --metrics")
+    if args.engine_load is not None:
+        from exactspec.audit.engineload import parse_loads
+
+        parse_loads(args.engine_load)  # a bad list fails before any model loads
+        if not args.engine_url:
+            raise ValueError("--engine-load times servers: give --engine-url too")
     if args.engine_profile and not args.engine_url:
         from exactspec.audit.enginecosts import load
 

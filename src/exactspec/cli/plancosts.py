@@ -59,6 +59,7 @@ def engine_costs(args, prompt_ids: list[list[int]], progress):
     """(profile, [(1, CostModel)], notes) from --engine-url servers (stored at --engine-profile when given), or read
     from --engine-profile (exactspec.audit.enginecosts)."""
     from exactspec.audit.enginecosts import engine_costs as measured
+    from exactspec.audit.engineload import parse_loads
 
     return measured(args.engine_url, args.engine_profile, args.engine, prompt_ids, max_tokens=args.max_new_tokens,
-                    temperature=args.temperature, progress=progress)
+                    temperature=args.temperature, loads=parse_loads(args.engine_load), progress=progress)
