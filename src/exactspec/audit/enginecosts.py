@@ -17,8 +17,9 @@ token costs, its draft forward and the verification's growth; a the rest of a st
 ``a + b·γ + e·γ²`` where that curve rises for every γ ≥ 1, else the line (a step may grow faster than a line:
 12.7, 13.6, 15.1, 19.3 ms at γ = 2, 3, 4, 6 in one vLLM-CPU run of round r2; two γ cannot see it, and three a
 millisecond apart often see only noise: r2's fit on γ = 2, 3, 4 fell back to the line, which priced γ = 6 and 8
-within 7%). A plain server gives ``t_plain``. Tried and
-dropped (round r2, docs/engines.md): timing the verification's k-token forward on the plain server (a cached
+within 7%). A plain server gives ``t_plain``.
+
+Tried and dropped (round r2, docs/engines.md): timing the verification's k-token forward on the plain server (a cached
 prompt extended by k tokens): llama.cpp's server-timed prompt pass of k tokens cost more than a whole speculative
 step verifying them (T(7) − T(1) = 2.7–4.5 ms against γ = 6 steps of 5.7–6.0 ms), and vLLM-CPU's stayed flat
 within its noise, so it priced worse than the line on one engine and no better on the other.
