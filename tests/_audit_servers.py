@@ -25,11 +25,11 @@ def _tokenizer():
     return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>", eos_token="<eos>")
 
 
-def make_models(root: pathlib.Path) -> pathlib.Path:
-    """target/, draft/ (a noisy copy) and other/ (another model of the same vocabulary), with end token 2; and
-    prompts.json."""
+def make_models(root: pathlib.Path, draft_noise: float = 0.3) -> pathlib.Path:
+    """target/, draft/ (a noisy copy: `draft_noise` times each weight's std) and other/ (another model of the same
+    vocabulary), with end token 2; and prompts.json."""
     target = tiny_lm("llama", seed=0, dtype=torch.float32, init=0.3)
-    for name, model in (("target", target), ("draft", noisy_copy(target, 0.3)),
+    for name, model in (("target", target), ("draft", noisy_copy(target, draft_noise)),
                         ("other", tiny_lm("llama", seed=5, dtype=torch.float32, init=0.3))):
         model.config.eos_token_id = model.generation_config.eos_token_id = 2
         model.save_pretrained(root / name)

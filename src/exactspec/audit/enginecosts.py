@@ -1,12 +1,14 @@
 """What a step of a running engine costs, measured over HTTP, and the :class:`~exactspec.speed.costmodel.CostModel`
 that prices `exactspec plan --engine` with it.
 
-**What is timed.** Requests at batch 1 at the plan's temperature (greedy by default), one at a time, each prompt
-``repeats`` times: a 1-token request (the prompt's pass and the first token, on the client's clock: what a whole
-request pays besides decoding) and an N-token one, timed by the server's own clock where it keeps one
-(:mod:`exactspec.audit.engineclock`: llama.cpp's ``timings``, vLLM's request histograms), else by the client's
-(t_N − t_1). After its first token a request of N tokens takes ``N − 1 − accepted`` engine steps (a step emits its
-accepted drafts plus one token), so
+**What is timed.** Requests of N tokens at batch 1 at the plan's temperature (greedy by default), one at a time,
+the prompts in turn ``repeats`` times, so that each meets a server whose last prompt was another, as a user's does.
+Its decoding is timed by the server's own clock where it keeps one (:mod:`exactspec.audit.engineclock`: llama.cpp's
+``timings``, vLLM's request histograms); the rest of its time on the client's clock (the prompt's pass, the first
+token, HTTP) is ``t_prefill``. A server without a clock: a 1-token request of the same prompt after it gives
+``t_prefill`` and the decoding is the difference (that prompt now cached: the steps also carry what an uncached
+pass costs more, a few per cent of a request on llama.cpp). After its first token a request of N tokens takes
+``N − 1 − accepted`` engine steps (a step emits its accepted drafts plus one token), so
 
 - a plain server gives ``t_plain``, the seconds per token after the first;
 - a speculative server at γ gives ``t_step(γ)``, the seconds per step, and its tokens per step (vLLM drafts γ to
@@ -58,10 +60,13 @@ def measure_server(url: str, prompts: list[list[int]], *, max_tokens: int = 64, 
         gamma, clocked = None, True
         for r in range(repeats):
             for j, prompt in enumerate(prompts):
-                first = timed_request(server, dialect, model, prompt, 1, law, 0, pause)
-                t1 += first.client
                 one = timed_request(server, dialect, model, prompt, max_tokens, law, 0, pause)
-                client += one.client - first.client
+                if one.decode_s is not None:  # all but decoding: the prompt's pass, the first token, HTTP
+                    rest = one.client - one.decode_s
+                else:  # no clock: a 1-token request of the prompt, now cached (module docstring)
+                    rest = timed_request(server, dialect, model, prompt, 1, law, 0, pause).client
+                t1 += rest
+                client += one.client - rest
                 clocked = clocked and one.decode_s is not None
                 own += one.decode_s or 0.0
                 tokens += one.tokens - 1
