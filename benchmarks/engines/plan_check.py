@@ -50,14 +50,19 @@ def compare(plain_url: str, spec_url: str, prompts, n: int, temperature: float, 
     _, model_b = detect(b.get_json)
     dialect, law = DIALECTS[engine], Settings(temperature)
     ratios, accepted, drafts, tokens, own, steps, plain_own, plain_tokens = [], 0, 0, 0, 0.0, 0, 0.0, 0
+    whole, rest = {"plain": [], "spec": []}, {"plain": [], "spec": []}  # per request: client, client − decoding
     for r in range(repeats):
         ta = tb = 0.0
         for j, p in enumerate(prompts):
             base = timed_request(a, dialect, model_a, p, n, law, 1000 * r + j, PAUSE_S)
             ta += base.client
+            whole["plain"].append(base.client)
+            rest["plain"].append(base.client - (base.decode_s or 0.0))
             plain_own, plain_tokens = plain_own + (base.decode_s or 0.0), plain_tokens + base.tokens - 1
             one = timed_request(b, dialect, model_b, p, n, law, 1000 * r + j, PAUSE_S)
             tb += one.client
+            whole["spec"].append(one.client)
+            rest["spec"].append(one.client - (one.decode_s or 0.0))
             accepted, drafts, tokens = accepted + (one.accepted or 0), drafts + (one.drafts or 0), tokens + one.tokens
             own += one.decode_s or 0.0
             steps += int(one.drafts or 0) if engine == "vllm" else one.tokens - 1 - int(one.accepted or 0)
@@ -67,7 +72,9 @@ def compare(plain_url: str, spec_url: str, prompts, n: int, temperature: float, 
     return {"speedups": ratios, "speedup": statistics.median(ratios),
             "tokens_per_step": 1 + accepted / drafts if drafts else None, "tokens": tokens,
             "t_step": own / steps if own and steps else None,
-            "plain_t_token": plain_own / plain_tokens if plain_own and plain_tokens else None}
+            "plain_t_token": plain_own / plain_tokens if plain_own and plain_tokens else None,
+            **{f"{k}_request_s": statistics.mean(v) for k, v in whole.items()},
+            **{f"{k}_rest_s": statistics.mean(v) for k, v in rest.items()}}
 
 
 def main() -> None:
@@ -129,13 +136,26 @@ def main() -> None:
                            "measured_tokens_per_step": m["tokens_per_step"],
                            "predicted_speedup": row["predicted_request_speedup"],
                            "predicted_decode_speedup": row["predicted_speedup"], "measured_speedup": m["speedup"],
-                           "measured_speedups": m["speedups"]})
+                           "measured_speedups": m["speedups"], **requests(profile, row, m, args.max_new_tokens)})
             if args.concurrency:
                 checks[-1]["load"] = {"concurrency": args.concurrency,
                                       "predicted_speedup": row["load"][str(args.concurrency)]["predicted_speedup"],
                                       "measured_speedup": loaded["speedup"], "measured_speedups": loaded["speedups"]}
     (out / "check.json").write_text(json.dumps(checks, indent=2))
     write_table(out, args.engine, args.temperature, checks)
+
+
+def requests(profile: dict, row: dict, m: dict, n: int) -> dict:
+    """A whole request's seconds, predicted (enginecosts.request_speedup's parts) and measured, on each server; and
+    its rest besides decoding (the prompt's pass, the first token, HTTP): where a speedup's error sits."""
+    measured = profile["measured"]
+    plain = next(x for x in measured if x["gamma"] is None)
+    spec_rest = statistics.mean(x["t_prefill"] for x in measured if x["gamma"] is not None)
+    out = {"predicted_plain_rest_s": plain["t_prefill"], "predicted_spec_rest_s": spec_rest,
+           "predicted_plain_request_s": plain["t_prefill"] + (n - 1) * profile["t_plain"],
+           "predicted_spec_request_s": spec_rest + (n - 1) / row["expected_tokens"] * step_seconds(profile,
+                                                                                                   row["gamma"])}
+    return out | {k: m[k] for k in ("plain_request_s", "spec_request_s", "plain_rest_s", "spec_rest_s") if k in m}
 
 
 def rescore(out: pathlib.Path) -> list[dict]:
@@ -169,6 +189,14 @@ def write_table(out: pathlib.Path, engine: str, temperature: float, checks: list
                      f"{'—' if step is None else f'{step * 1e3:.2f}'} | "
                      f"{c['predicted_tokens_per_step']:.3f} | {c['measured_tokens_per_step']:.3f} | "
                      f"{e1:+.1%} | {c['predicted_speedup']:.3f} | {c['measured_speedup']:.3f} | {e2:+.1%} |")
+    parts = [c for c in checks if "spec_request_s" in c]
+    if parts:
+        lines += ["", "Whole requests, ms (predicted / measured); their rest besides decoding in brackets:", "",
+                  "| γ | plain | speculative |", "|---:|---|---|"]
+        for c in parts:
+            ms = lambda k: f"{c['predicted_' + k] * 1e3:.1f} / {c[k] * 1e3:.1f}"  # noqa: E731
+            lines.append(f"| {c['gamma']} | {ms('plain_request_s')} ({ms('plain_rest_s')}) | "
+                         f"{ms('spec_request_s')} ({ms('spec_rest_s')}) |")
     loads = [c for c in checks if "load" in c]
     if loads:
         lines += ["", "| γ | concurrency | speedup predicted | measured (median of 3) | error |", "|---:|---:|---:|---:|---:|"]

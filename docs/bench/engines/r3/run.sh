@@ -1,0 +1,9 @@
+# Round r3 of plan --engine against the live engines (issue 48; docs/engines.md): whole requests timed as a user
+# meets them (uncached, their rest besides decoding on the client's clock); a new unseen set. About 12-20 minutes
+# per line.
+cd "$(dirname "$0")/../../../.."
+P=benchmarks/prompts/engines/unseen_engines3.json
+O=docs/bench/engines/r3
+for T in 0 1; do
+  .venv/bin/python benchmarks/engines/plan_check.py --engine llamacpp --temperature $T --prompts $P --out $O/llamacpp_t$T > $O/llamacpp_t$T.out 2>&1
+done
