@@ -74,12 +74,19 @@ def scrape(server) -> tuple[object, dict]:
 
 def timed_request(server, dialect, model, prompt: list[int], n: int, settings, seed: int = 0,
                   pause: float = 0.0) -> Timed:
-    """Send one completion of `n` tokens of `prompt` (after `pause` seconds: vLLM-CPU spins after a request) and
-    time it by both clocks; a server that returns no ids is a ValueError naming it."""
+    """Send one completion of `n` tokens of `prompt` (after `pause` seconds: vLLM-CPU spins after a request), its
+    prompt not read from llama.cpp's cache, and time it by both clocks; a server that returns no ids is a
+    ValueError naming it."""
     time.sleep(pause)
+    request = dialect.request(model, prompt, n, settings, seed)
+    if "cache_prompt" in request:
+        # a timed prompt is read afresh, as a user's new one: llama.cpp's server keeps the states of earlier
+        # prompts, and from a prompt's second repetition on it computed 1 of its 10-50 tokens (r3, T = 1: prompt
+        # passes of 8-42 ms on a first reading, 2.5-3.5 ms repeated; a request decodes in about 100 ms)
+        request["cache_prompt"] = False
     spec0, sums0 = scrape(server)
     t0 = time.perf_counter()
-    body = server.post_json(dialect.path, dialect.request(model, prompt, n, settings, seed))
+    body = server.post_json(dialect.path, request)
     client = time.perf_counter() - t0
     ids = dialect.tokens(body)
     if not ids:

@@ -78,12 +78,13 @@ def measure_servers(urls: list[str], prompts: list[list[int]], *, max_tokens: in
 
 
 class _Timings:
-    """One server's requests, summed."""
+    """One server's requests. Its prices are medians over the requests, not sums: one stall of the machine
+    (1.7 s in one of 24 requests, llama.cpp r3, T = 1) priced a plain server 35% slow by the sum."""
 
     def __init__(self, url: str, engine: str, model: str):
         self.url, self.engine, self.model, self.dialect = url, engine, model, DIALECTS[engine]
-        self.t1 = self.client = self.own = 0.0
-        self.tokens = self.steps = self.n = 0
+        self.rest, self.per, self.client = [], [], 0.0  # per request: client − decoding, decoding per step
+        self.own, self.tokens, self.steps = 0.0, 0, 0
         self.gamma, self.clocked = None, True
 
     def add(self, server, prompt: list[int], max_tokens: int, law, pause: float) -> None:
@@ -92,28 +93,30 @@ class _Timings:
             rest = one.client - one.decode_s
         else:  # no clock: a 1-token request of the prompt, now cached (module docstring)
             rest = timed_request(server, self.dialect, self.model, prompt, 1, law, 0, pause).client
-        self.n += 1
-        self.t1 += rest
-        self.client += one.client - rest
         self.clocked = self.clocked and one.decode_s is not None
-        self.own += one.decode_s or 0.0
-        self.tokens += one.tokens - 1
         self.gamma = one.gamma or self.gamma
         if one.accepted:
             # vLLM drafts γ to the end and counts drafts accepted past max_tokens: each of its steps after the
             # first token verifies one draft. llama.cpp caps drafts at the tokens left and steps plainly where it
             # drafts nothing: its steps are the tokens less those accepted.
-            self.steps += int(one.drafts) if self.engine == "vllm" else one.tokens - 1 - int(one.accepted)
+            steps = int(one.drafts) if self.engine == "vllm" else one.tokens - 1 - int(one.accepted)
         else:
-            self.steps += one.tokens - 1
+            steps = one.tokens - 1
+        decoding = one.decode_s if one.decode_s is not None else one.client - rest
+        self.rest.append(rest)
+        self.per.append(decoding / max(steps, 1))
+        self.client += one.client - rest
+        self.own += one.decode_s or 0.0
+        self.tokens += one.tokens - 1
+        self.steps += steps
 
     def result(self, max_tokens: int) -> dict:
-        out = {"url": self.url, "engine": self.engine, "model": self.model, "gamma": self.gamma, "requests": self.n,
-               "max_tokens": max_tokens, "clock": "server" if self.clocked else "client",
-               "t_prefill": self.t1 / max(self.n, 1), "seconds": self.own if self.clocked else self.client,
+        out = {"url": self.url, "engine": self.engine, "model": self.model, "gamma": self.gamma,
+               "requests": len(self.rest), "max_tokens": max_tokens, "clock": "server" if self.clocked else "client",
+               "t_prefill": float(np.median(self.rest)), "seconds": self.own if self.clocked else self.client,
                "client_seconds": self.client, "tokens": self.tokens, "steps": self.steps,
                "tokens_per_step": self.tokens / self.steps if self.steps else None}
-        out["t_token" if self.gamma is None else "t_step"] = out["seconds"] / max(self.steps, 1)
+        out["t_token" if self.gamma is None else "t_step"] = float(np.median(self.per))
         return out
 
 
