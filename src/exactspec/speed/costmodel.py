@@ -369,7 +369,7 @@ class CostModel:
     # -------------------------------------------------------------------------------- measuring
     @classmethod
     def measure(cls, target_model, draft_model, *, prompt_len: int | None = None,
-                ks: Iterable[int] = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 17), batch_size: int = 1,
+                ks: Iterable[int] | None = None, batch_size: int = 1,
                 repeats: int = 7, warmup: int = 2, generator=None, seed: int = 0) -> "CostModel":
         """Time real forward passes of Hugging Face causal LMs with a KV cache (median of ``repeats``).
 
@@ -379,11 +379,12 @@ class CostModel:
         and rolls them back, so every repeat sees the same context length. ``t_draft`` is one 1-token step
         of the draft; ``target_times[k]`` one k-token step of the target. k = 1 is always measured.
         ``prompt_len`` defaults to 64, less for models whose context cannot hold 64 + max(ks).
-        ``generator`` (a torch.Generator) or ``seed`` fixes the prompt tokens.
+        ``generator`` (a torch.Generator) or ``seed`` fixes the prompt tokens. ``ks``: the widths timed, by
+        default every one from 1 to 17 (:data:`exactspec.speed.costmeasure.WIDTHS`).
         """
-        from exactspec.speed.costmeasure import measure_forwards
+        from exactspec.speed.costmeasure import WIDTHS, measure_forwards
 
-        return cls(*measure_forwards(target_model, draft_model, prompt_len=prompt_len, ks=ks,
+        return cls(*measure_forwards(target_model, draft_model, prompt_len=prompt_len, ks=WIDTHS if ks is None else ks,
                                      batch_size=batch_size, repeats=repeats, warmup=warmup,
                                      generator=generator, seed=seed))
 

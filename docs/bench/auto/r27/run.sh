@@ -1,0 +1,8 @@
+# Round r27 (issue 49): the stdlib cells on transformers after the chain's prices kept the measured dips and every
+# width is timed (docs/adaptive.md), on a set written for it (unseen_code16.json). About 8 minutes a cell.
+cd "$(dirname "$0")/../../../../benchmarks"
+O=${O:-../docs/bench/auto/r27}
+for T in 1 0; do
+  ../.venv/bin/python bench_auto_cells.py --pair stdlib --backend transformers --temperature $T --prompts prompts/unseen_code16.json --num-prompts 8 --repeats 3 --out $O/stdlib_transformers_t$T.json > $O/stdlib_transformers_t$T.out 2>&1
+done
+date > $O/done.txt
