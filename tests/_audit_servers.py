@@ -41,16 +41,28 @@ def make_models(root: pathlib.Path, draft_noise: float = 0.3) -> pathlib.Path:
 @contextlib.contextmanager
 def law_server(*args: str):
     """The tests' law server started with `args`; yields its base URL; stopped on exit."""
-    proc = subprocess.Popen([sys.executable, str(HERE / "_law_server.py"), *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True)
+    with law_servers(args) as (url,):
+        yield url
+
+
+@contextlib.contextmanager
+def law_servers(*argsets):
+    """Several law servers, started together (each takes ~3.5 s to import and load; in turn they cost a test half a
+    minute); yields their base URLs in order; all stopped on exit."""
+    procs = [subprocess.Popen([sys.executable, str(HERE / "_law_server.py"), *a], stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, text=True) for a in argsets]
     try:
-        line = ""
-        deadline = time.time() + 60
-        while not line.startswith("PORT") and time.time() < deadline:
-            line = proc.stdout.readline()
-            if not line and proc.poll() is not None:
-                raise RuntimeError(f"the law server exited ({proc.returncode})")
-        yield f"http://127.0.0.1:{int(line.split()[1])}"
+        urls = []
+        deadline = time.time() + 60 * len(procs)
+        for proc in procs:
+            line = ""
+            while not line.startswith("PORT") and time.time() < deadline:
+                line = proc.stdout.readline()
+                if not line and proc.poll() is not None:
+                    raise RuntimeError(f"the law server exited ({proc.returncode})")
+            urls.append(f"http://127.0.0.1:{int(line.split()[1])}")
+        yield urls
     finally:
-        proc.kill()
-        proc.wait()
+        for proc in procs:
+            proc.kill()
+            proc.wait()

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from _audit_servers import law_server, make_models
+from _audit_servers import law_server, law_servers, make_models
 from exactspec.audit import enginecosts
 from exactspec.cli import main
 
@@ -65,9 +65,8 @@ def test_costs_fitted_on_three_gammas_predict_gamma_8_where_the_step_cost_curves
     weights 3, −8, 6), through 2, 4, 6 to γ = 8 four-fold (1, −3, 3)."""
     d = ["--dialect", dialect]
     spec = ["--target", str(tiny / "target"), "--draft", str(tiny / "draft"), "--step-ms", CURVE, *d]
-    with law_server("--target", str(tiny / "target"), "--step-ms", CURVE, *d) as plain, \
-            law_server(*spec, "--gamma", "2") as g2, law_server(*spec, "--gamma", "4") as g4, \
-            law_server(*spec, "--gamma", "6") as g6:
+    with law_servers(["--target", str(tiny / "target"), "--step-ms", CURVE, *d], [*spec, "--gamma", "2"],
+                     [*spec, "--gamma", "4"], [*spec, "--gamma", "6"]) as (plain, g2, g4, g6):
         rc, out = plan(capsys, tiny, "--engine-url", plain, "--engine-url", g2, "--engine-url", g4, "--engine-url",
                        g6, "--engine-profile", str(tmp_path / "engine.json"), "--max-gamma", "8", engine=dialect)
     assert rc == 0, out
@@ -75,8 +74,7 @@ def test_costs_fitted_on_three_gammas_predict_gamma_8_where_the_step_cost_curves
     assert costs["engine"] == dialect and costs["clock"] == "server"
     assert 0.001 <= costs["e"] <= 0.004  # 2 ms·γ² slept by the verification
     assert out["pricing"] == "the engine's own costs, measured live" and "recommendation" in out
-    with law_server(*spec, "--gamma", "8") as g8, law_server("--target", str(tiny / "target"), "--step-ms", CURVE,
-                                                              *d) as p:
+    with law_servers([*spec, "--gamma", "8"], ["--target", str(tiny / "target"), "--step-ms", CURVE, *d]) as (g8, p):
         live8 = enginecosts.measure_server(g8, _ids(tiny), max_tokens=24, repeats=3, pause=0.0)
         live0 = enginecosts.measure_server(p, _ids(tiny), max_tokens=24, repeats=3, pause=0.0)
     assert live8["clock"] == "server" and live8["gamma"] == 8
@@ -96,8 +94,8 @@ def test_under_load_two_gammas_row_step_prices_predict_a_third_servers_throughpu
     from exactspec.audit.engineload import ratio_runs
 
     spec = ["--target", str(tiny / "target"), "--draft", str(tiny / "draft"), "--step-ms", MS]
-    with law_server("--target", str(tiny / "target"), "--step-ms", MS) as plain, \
-            law_server(*spec, "--gamma", "2") as g2, law_server(*spec, "--gamma", "4") as g4:
+    with law_servers(["--target", str(tiny / "target"), "--step-ms", MS], [*spec, "--gamma", "2"],
+                     [*spec, "--gamma", "4"]) as (plain, g2, g4):
         rc, out = plan(capsys, tiny, "--engine-url", plain, "--engine-url", g2, "--engine-url", g4,
                        "--engine-load", "2")
         assert rc == 0, out
@@ -142,8 +140,8 @@ def test_do_not_speculate_when_no_draft_length_pays(tiny, capsys, tmp_path):
 def test_a_server_without_its_own_clock_is_timed_by_the_clients_and_priced_by_a_line(tiny, capsys):
     """No llama.cpp `timings`, no vLLM histograms: the client's clock, and the plan says so."""
     spec = ["--target", str(tiny / "target"), "--draft", str(tiny / "draft"), "--step-ms", MS, "--fault", "no-clock"]
-    with law_server("--target", str(tiny / "target"), "--step-ms", MS, "--fault", "no-clock") as plain, \
-            law_server(*spec, "--gamma", "2") as g2, law_server(*spec, "--gamma", "4") as g4:
+    with law_servers(["--target", str(tiny / "target"), "--step-ms", MS, "--fault", "no-clock"], [*spec, "--gamma", "2"],
+                     [*spec, "--gamma", "4"]) as (plain, g2, g4):
         rc, out = plan(capsys, tiny, "--engine-url", plain, "--engine-url", g2, "--engine-url", g4)
     assert rc == 0, out
     costs = out["engine_costs"]
@@ -154,7 +152,7 @@ def test_a_server_without_its_own_clock_is_timed_by_the_clients_and_priced_by_a_
 
 def test_engine_costs_need_a_plain_server_and_two_gammas(tiny, capsys, tmp_path):
     spec = ["--target", str(tiny / "target"), "--draft", str(tiny / "draft")]
-    with law_server(*spec, "--gamma", "2") as g2, law_server("--target", str(tiny / "target")) as plain:
+    with law_servers([*spec, "--gamma", "2"], ["--target", str(tiny / "target")]) as (g2, plain):
         rc, err = plan(capsys, tiny, "--engine-url", plain, "--engine-url", g2)
         assert rc == 2 and "two draft lengths at least" in err
         rc, err = plan(capsys, tiny, "--engine-url", g2)

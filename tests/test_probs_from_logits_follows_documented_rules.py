@@ -80,7 +80,7 @@ def test_sample_from_probs_matches_distribution_and_skips_zeros():
 def test_sample_from_probs_two_level_path_on_large_rows(dtype):
     """V = 3000 (> 1024, not a multiple of the 256-token block) exercises the block-sum search."""
     g = torch.Generator().manual_seed(1)
-    V, N = 3000, 300_000
+    V, N = 3000, 100_000  # a top token expects ~130 draws: an off-by-one onto a neighbour moves most of them
     p = (torch.rand(V, generator=g) ** 3).to(dtype)
     p[::5] = 0
     p[-100:] = 0  # the partial last block is empty
