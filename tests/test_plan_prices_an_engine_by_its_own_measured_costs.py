@@ -198,3 +198,66 @@ def test_servers_take_turns_prompt_by_prompt_so_drift_lands_on_all_alike(monkeyp
     assert sent == [(u, (p,)) for _ in range(2) for p in (1, 2) for u in "abc"]
     assert [m["url"] for m in out] == ["a", "b", "c"] and all(m["requests"] == 4 for m in out)
     assert out[0]["t_token"] == pytest.approx(0.008 / 3) and out[0]["t_prefill"] == pytest.approx(0.002)
+
+
+def _fake_servers(monkeypatch, stop_after: int):
+    """Servers at "p" (plain), "g2" and "g3" (vLLM, greedy drafts) that answer by arithmetic; the call after
+    `stop_after` requests raises KeyboardInterrupt, as a Ctrl-C would."""
+    from exactspec.audit.engineclock import Timed
+
+    calls = []
+
+    class Fake:
+        def __init__(self, url, concurrency=1):
+            self.url = url
+
+        def get_json(self, path):
+            raise AssertionError("detect is the test's")
+
+        def close(self):
+            pass
+
+    def request(server, dialect, model, prompt, n, law, seed, pause):
+        if len(calls) == stop_after:
+            raise KeyboardInterrupt
+        calls.append(server.url)
+        if server.url == "p":
+            return Timed(client=0.004 + 0.002 * (n - 1), tokens=n, decode_s=0.002 * (n - 1))
+        g = int(server.url[1:])
+        steps = -(-(n - 1) // 2)
+        step = 0.004 + 0.001 * g
+        return Timed(client=0.004 + step * steps, tokens=n, decode_s=step * steps, accepted=float(n - 1 - steps),
+                     drafts=float(steps), gamma=g)
+
+    monkeypatch.setattr(enginecosts, "Server", Fake)
+    monkeypatch.setattr(enginecosts, "detect", lambda get_json: ("vllm", "m"))
+    monkeypatch.setattr(enginecosts, "timed_request", request)
+    return calls
+
+
+def test_ctrl_c_while_timing_servers_prices_the_plan_by_what_was_timed(tiny, capsys, tmp_path, monkeypatch):
+    """Interrupted after 8 requests (each of the 3 servers answered at least 2): the plan is printed, priced by those
+    requests, marked partial, exit status 130, and the unfinished profile is not stored."""
+    calls = _fake_servers(monkeypatch, stop_after=8)
+    rc = main(["plan", "--engine", "vllm", "--target", str(tiny / "target"), "--draft", str(tiny / "draft"),
+               "--prompts", str(tiny / "prompts.json"), "--max-new-tokens", "24", "--tree-nodes", "0",
+               "--draft-sample-method", "greedy", "--json", "--engine-url", "p", "--engine-url", "g2", "--engine-url",
+               "g3", "--engine-profile", str(tmp_path / "engine.json")])
+    out, err = capsys.readouterr()
+    assert rc == 130 and len(calls) == 8 and "interrupted" in err and "Traceback" not in err
+    got = json.loads(out)
+    assert got["partial"]["interrupted"] and got["partial"]["engine_requests_timed"] == [3, 3, 2]
+    assert any("interrupted by Ctrl-C" in n for n in got["notes"])
+    costs = got["engine_costs"]  # priced by the requests timed: 2 ms a token, steps of 4 + 1·γ ms
+    assert costs["t_plain"] == pytest.approx(0.002) and costs["b"] == pytest.approx(0.001)
+    assert not (tmp_path / "engine.json").exists()
+
+
+def test_ctrl_c_before_every_server_answered_is_one_line(tiny, capsys, monkeypatch):
+    _fake_servers(monkeypatch, stop_after=2)  # the third server has not answered: nothing to price by
+    rc = main(["plan", "--engine", "vllm", "--target", str(tiny / "target"), "--draft", str(tiny / "draft"),
+               "--prompts", str(tiny / "prompts.json"), "--max-new-tokens", "24", "--tree-nodes", "0",
+               "--draft-sample-method", "greedy", "--json", "--engine-url", "p", "--engine-url", "g2", "--engine-url",
+               "g3"])
+    err = capsys.readouterr().err
+    assert rc == 130 and "interrupted" in err and "Traceback" not in err

@@ -65,12 +65,17 @@ def measure_servers(urls: list[str], prompts: list[list[int]], *, max_tokens: in
     try:
         found = [detect(s.get_json) for s in servers]
         acc = [_Timings(url, engine, model) for url, (engine, model) in zip(urls, found)]
-        for r in range(repeats):
-            for j, prompt in enumerate(prompts):
-                for server, a in zip(servers, acc):
-                    a.add(server, prompt, max_tokens, Settings(temperature), pause)
-                    if progress is not None:
-                        progress.unit(f"{a.url} prompt {j + 1} (repeat {r + 1})")
+        try:
+            for r in range(repeats):
+                for j, prompt in enumerate(prompts):
+                    for server, a in zip(servers, acc):
+                        a.add(server, prompt, max_tokens, Settings(temperature), pause)
+                        if progress is not None:
+                            progress.unit(f"{a.url} prompt {j + 1} (repeat {r + 1})")
+        except KeyboardInterrupt:  # Ctrl-C keeps what was timed, once every server has a request
+            if not all(a.rest for a in acc):
+                raise
+            return [a.result(max_tokens) | {"interrupted": True} for a in acc]
     finally:
         for s in servers:
             s.close()
@@ -204,7 +209,8 @@ def engine_costs(urls: list[str] | None, profile_path: str | None, engine: str, 
                  progress=None) -> tuple[dict, list, list[str]]:
     """``(profile, [(1, CostModel)], notes)`` for `plan --engine`: measured at ``urls`` (at batch 1, and at each
     concurrency of `loads`: :mod:`exactspec.audit.engineload`; stored at ``profile_path`` when given), or read
-    from ``profile_path``."""
+    from ``profile_path``. A Ctrl-C while timing at batch 1, once every server has answered a request, prices the
+    plan by what was timed (``profile["interrupted"]``; no load timed, nothing stored)."""
     from exactspec.audit.engineload import fit_load, measure_load
 
     if urls:
@@ -214,6 +220,10 @@ def engine_costs(urls: list[str] | None, profile_path: str | None, engine: str, 
                                    progress=progress)
         profile = fit(measured)
         profile["loads"] = {}
+        if any(m.get("interrupted") for m in measured):  # Ctrl-C: priced by what was timed, no load, not stored
+            profile["interrupted"] = True
+            return profile, [(1, cost_model(profile))], [describe(profile) + f" (interrupted by Ctrl-C after "
+                                                          f"{measured[-1]['requests']} requests a server; not stored)"]
         for c in loads:  # each prompt at least 3 times, and 4 waves of c requests at least
             if progress is not None:
                 progress.phase(f"timing {len(urls)} {engine} servers at concurrency {c}")

@@ -167,7 +167,7 @@ def _offline(args, sizes, audit=None) -> int:
         profile = None
         if args.engine_url or args.engine_profile:
             profile, costs, notes = _engine_costs(args, [tok(p)["input_ids"] for p in prompts], progress)
-            stopped_costs = False
+            stopped_costs = bool(profile.get("interrupted"))
         else:
             costs, notes, stopped_costs = given or _costs(args, sizes, target, draft, progress, measure=not stopped)
     drafter = "prompt_lookup" if args.prompt_lookup else "draft_model"
@@ -208,6 +208,8 @@ def _offline(args, sizes, audit=None) -> int:
         out["partial"] = {"interrupted": True, "prompts_measured": len(acc.texts), "prompts_planned": len(prompts),
                           "batch_sizes_costed": [b for b, c in costs if c is not None],
                           "batch_sizes_planned": sizes or [1]}
+        if profile is not None and profile.get("interrupted"):
+            out["partial"]["engine_requests_timed"] = [m["requests"] for m in profile["measured"]]
     out = _with_audit(out, audit, None if args.engine == "exactspec" else args.engine, args.temperature)
     _emit(out, args.json)
     if "partial" in out:
