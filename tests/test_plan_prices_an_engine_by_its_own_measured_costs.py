@@ -261,3 +261,32 @@ def test_ctrl_c_before_every_server_answered_is_one_line(tiny, capsys, monkeypat
                "g3"])
     err = capsys.readouterr().err
     assert rc == 130 and "interrupted" in err and "Traceback" not in err
+
+
+def test_ctrl_c_while_timing_a_load_keeps_batch_1_and_the_loads_done(tiny, capsys, tmp_path, monkeypatch):
+    """--engine-load 2,4 interrupted at concurrency 4: the plan keeps batch 1's prices and concurrency 2's rows."""
+    from exactspec.audit import engineload
+
+    _fake_servers(monkeypatch, stop_after=10 ** 6)
+    at = []
+
+    def load(url, prompts, c, **kw):
+        if c == 4:
+            raise KeyboardInterrupt
+        at.append(url)
+        g = None if url == "p" else int(url[1:])
+        return {"url": url, "gamma": g, "concurrency": c, "u": 0.005 if g is None else 0.008 + 0.001 * g,
+                "tokens_per_second": 400.0}
+
+    monkeypatch.setattr(engineload, "measure_load", load)
+    rc = main(["plan", "--engine", "vllm", "--target", str(tiny / "target"), "--draft", str(tiny / "draft"),
+               "--prompts", str(tiny / "prompts.json"), "--max-new-tokens", "24", "--tree-nodes", "0",
+               "--draft-sample-method", "greedy", "--json", "--engine-url", "p", "--engine-url", "g2", "--engine-url",
+               "g3", "--engine-load", "2,4", "--engine-profile", str(tmp_path / "engine.json")])
+    out, err = capsys.readouterr()
+    assert rc == 130 and "Traceback" not in err, err
+    got = json.loads(out)
+    assert got["partial"]["interrupted"] and at == ["p", "g2", "g3"]
+    assert list(got["engine_costs"]["loads"]) == ["2"] and all("2" in r["load"] for r in got["rows"] if "load" in r)
+    assert any("Ctrl-C while timing concurrency 4" in n for n in got["notes"])
+    assert not (tmp_path / "engine.json").exists()

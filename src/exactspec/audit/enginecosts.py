@@ -209,8 +209,8 @@ def engine_costs(urls: list[str] | None, profile_path: str | None, engine: str, 
                  progress=None) -> tuple[dict, list, list[str]]:
     """``(profile, [(1, CostModel)], notes)`` for `plan --engine`: measured at ``urls`` (at batch 1, and at each
     concurrency of `loads`: :mod:`exactspec.audit.engineload`; stored at ``profile_path`` when given), or read
-    from ``profile_path``. A Ctrl-C while timing at batch 1, once every server has answered a request, prices the
-    plan by what was timed (``profile["interrupted"]``; no load timed, nothing stored)."""
+    from ``profile_path``. A Ctrl-C while timing at batch 1, once every server has answered a request, or while
+    timing a load, prices the plan by what was timed (``profile["interrupted"]``; nothing stored)."""
     from exactspec.audit.engineload import fit_load, measure_load
 
     if urls:
@@ -228,8 +228,15 @@ def engine_costs(urls: list[str] | None, profile_path: str | None, engine: str, 
             if progress is not None:
                 progress.phase(f"timing {len(urls)} {engine} servers at concurrency {c}")
             reps = max(repeats, -(-4 * c // max(len(prompts), 1)))
-            profile["loads"][str(c)] = fit_load([measure_load(u, prompts, c, max_tokens=max_tokens, repeats=reps,
-                                                              temperature=temperature, pause=PAUSE_S) for u in urls])
+            try:
+                profile["loads"][str(c)] = fit_load([measure_load(u, prompts, c, max_tokens=max_tokens,
+                                                                  repeats=reps, temperature=temperature,
+                                                                  pause=PAUSE_S) for u in urls])
+            except KeyboardInterrupt:  # Ctrl-C: batch 1 and the loads done price the plan; nothing stored
+                profile["interrupted"] = True
+                done = ", ".join(profile["loads"]) or "none"
+                return profile, [(1, cost_model(profile))], [describe(profile) + f" (Ctrl-C while timing "
+                                                              f"concurrency {c}: loads timed: {done}; not stored)"]
         if profile_path:
             save(profile, profile_path)
     else:
