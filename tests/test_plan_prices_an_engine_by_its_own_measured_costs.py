@@ -15,8 +15,8 @@ from exactspec.cli import main
 MS = "6,12,15,8"  # a prompt's pass 6 ms, a plain step 12 ms, a speculative step 15 + 8·γ ms: sleeps, not the
 # tiny models' forwards (about a millisecond, and noisy on a shared machine), set the costs
 CURVE = "3,6,7.5,4,1"  # a k-token forward 6 + (k − 1)² ms: a speculative step verifies γ + 1 tokens in one, so it
-# costs 6 + γ² + 7.5 + 4·γ ms, a curve that a line through γ = 2 and 4 misses by 22% at γ = 8 (MS's scale halved: the
-# test sleeps half as long)
+# costs 6 + γ² + 7.5 + 4·γ ms, a curve that a line through γ = 2 and 4 misses by 22% at γ = 8 (MS's scale
+# halved: the test sleeps half as long)
 
 
 @pytest.fixture(scope="module")
@@ -141,8 +141,8 @@ def test_do_not_speculate_when_no_draft_length_pays(tiny, capsys, tmp_path):
 def test_a_server_without_its_own_clock_is_timed_by_the_clients_and_priced_by_a_line(tiny, capsys):
     """No llama.cpp `timings`, no vLLM histograms: the client's clock, and the plan says so."""
     spec = ["--target", str(tiny / "target"), "--draft", str(tiny / "draft"), "--step-ms", MS, "--fault", "no-clock"]
-    with law_servers(["--target", str(tiny / "target"), "--step-ms", MS, "--fault", "no-clock"], [*spec, "--gamma", "2"],
-                     [*spec, "--gamma", "4"]) as (plain, g2, g4):
+    with law_servers(["--target", str(tiny / "target"), "--step-ms", MS, "--fault", "no-clock"],
+                     [*spec, "--gamma", "2"], [*spec, "--gamma", "4"]) as (plain, g2, g4):
         rc, out = plan(capsys, tiny, "--engine-url", plain, "--engine-url", g2, "--engine-url", g4)
     assert rc == 0, out
     costs = out["engine_costs"]
