@@ -222,8 +222,9 @@ def engine_costs(urls: list[str] | None, profile_path: str | None, engine: str, 
         profile["loads"] = {}
         if any(m.get("interrupted") for m in measured):  # Ctrl-C: priced by what was timed, no load, not stored
             profile["interrupted"] = True
-            return profile, [(1, cost_model(profile))], [describe(profile) + f" (interrupted by Ctrl-C after "
-                                                          f"{measured[-1]['requests']} requests a server; not stored)"]
+            n = sum(m["requests"] for m in measured)
+            return profile, [(1, cost_model(profile))], [describe(profile) + f" (interrupted by Ctrl-C after {n} "
+                                                          "requests in all; not stored)"]
         for c in loads:  # each prompt at least 3 times, and 4 waves of c requests at least
             if progress is not None:
                 progress.phase(f"timing {len(urls)} {engine} servers at concurrency {c}")
