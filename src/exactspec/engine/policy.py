@@ -183,7 +183,8 @@ class AdaptivePolicy:
                  free_draft: bool = False, row_stops: bool = False):
         # The table as measured: verifying more tokens can cost less (a kernel's blocking), and a length made as dear
         # as its dearer neighbour by the isotonic fit ran 0.91x the best fixed gamma against 0.97x with the
-        # measured dips (stdlib, transformers, T = 1, held-in prompts, 2026-12-06; docs/adaptive.md)
+        # measured dips (stdlib, transformers, T = 1, held-in prompts, 2026-12-06); on unseen prompts both missed
+        # at T = 1, the table itself moving between measurements (docs/adaptive.md, r27)
         cm = cost_model.without_draft() if free_draft else cost_model
         self.max_gamma, self.free_draft, self.row_stops = max_gamma, free_draft, row_stops
         self.state = state if state is not None else DraftingState()

@@ -72,8 +72,8 @@ def measure_forwards(target_model, draft_model, *, prompt_len: int | None = None
         return dt
 
     # Round robin: every repeat times the draft and every k once, so that a burst of load on a shared
-    # machine lands on all of them alike instead of inflating a few neighbouring k (what dips remain
-    # are the kernels': WIDTHS).
+    # machine lands on all of them alike instead of inflating a few neighbouring k (the dips at 4, 8
+    # and 12 tokens recur; widths 5-11 still moved by up to 40% between measurements: docs/adaptive.md, r27).
     with torch.inference_mode():
         t_state = prefill(target_model, True)
         # (a model-free drafter is priced with the target as its own "draft"; a backend model runs one
