@@ -170,12 +170,8 @@ def test_engine_costs_need_a_plain_server_and_two_gammas(tiny, capsys, tmp_path)
     assert rc == 2 and "--engine vllm|llamacpp|sglang" in capsys.readouterr().err
 
 
-def test_servers_take_turns_prompt_by_prompt_so_drift_lands_on_all_alike(monkeypatch):
-    """measure_servers: each prompt goes to every server before the next prompt is sent, over each repeat (timed one
-    server after the other, a slow minute of the machine priced one γ alone)."""
-    from exactspec.audit.engineclock import Timed
-
-    sent = []
+def _fake_engine(monkeypatch, engine: str, answer):
+    """measure_servers' HTTP replaced: servers of `engine` whose requests `answer(url, prompt, n)` returns (a Timed)."""
 
     class Fake:
         def __init__(self, url, concurrency=1):
@@ -187,13 +183,24 @@ def test_servers_take_turns_prompt_by_prompt_so_drift_lands_on_all_alike(monkeyp
         def close(self):
             pass
 
-    def request(server, dialect, model, prompt, n, law, seed, pause):
-        sent.append((server.url, tuple(prompt)))
+    monkeypatch.setattr(enginecosts, "Server", Fake)
+    monkeypatch.setattr(enginecosts, "detect", lambda get_json: (engine, "m"))
+    monkeypatch.setattr(enginecosts, "timed_request",
+                        lambda server, dialect, model, prompt, n, law, seed, pause: answer(server.url, prompt, n))
+
+
+def test_servers_take_turns_prompt_by_prompt_so_drift_lands_on_all_alike(monkeypatch):
+    """measure_servers: each prompt goes to every server before the next prompt is sent, over each repeat (timed one
+    server after the other, a slow minute of the machine priced one γ alone)."""
+    from exactspec.audit.engineclock import Timed
+
+    sent = []
+
+    def answer(url, prompt, n):
+        sent.append((url, tuple(prompt)))
         return Timed(client=0.01, tokens=n, decode_s=0.008)
 
-    monkeypatch.setattr(enginecosts, "Server", Fake)
-    monkeypatch.setattr(enginecosts, "detect", lambda get_json: ("llamacpp", "m"))
-    monkeypatch.setattr(enginecosts, "timed_request", request)
+    _fake_engine(monkeypatch, "llamacpp", answer)
     out = enginecosts.measure_servers(["a", "b", "c"], [[1], [2]], max_tokens=4, repeats=2, pause=0.0)
     assert sent == [(u, (p,)) for _ in range(2) for p in (1, 2) for u in "abc"]
     assert [m["url"] for m in out] == ["a", "b", "c"] and all(m["requests"] == 4 for m in out)
@@ -207,31 +214,19 @@ def _fake_servers(monkeypatch, stop_after: int):
 
     calls = []
 
-    class Fake:
-        def __init__(self, url, concurrency=1):
-            self.url = url
-
-        def get_json(self, path):
-            raise AssertionError("detect is the test's")
-
-        def close(self):
-            pass
-
-    def request(server, dialect, model, prompt, n, law, seed, pause):
+    def answer(url, prompt, n):
         if len(calls) == stop_after:
             raise KeyboardInterrupt
-        calls.append(server.url)
-        if server.url == "p":
+        calls.append(url)
+        if url == "p":
             return Timed(client=0.004 + 0.002 * (n - 1), tokens=n, decode_s=0.002 * (n - 1))
-        g = int(server.url[1:])
+        g = int(url[1:])
         steps = -(-(n - 1) // 2)
         step = 0.004 + 0.001 * g
         return Timed(client=0.004 + step * steps, tokens=n, decode_s=step * steps, accepted=float(n - 1 - steps),
                      drafts=float(steps), gamma=g)
 
-    monkeypatch.setattr(enginecosts, "Server", Fake)
-    monkeypatch.setattr(enginecosts, "detect", lambda get_json: ("vllm", "m"))
-    monkeypatch.setattr(enginecosts, "timed_request", request)
+    _fake_engine(monkeypatch, "vllm", answer)
     return calls
 
 
