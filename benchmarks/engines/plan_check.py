@@ -32,7 +32,7 @@ from _engines import llama_server, vllm  # noqa: E402
 from exactspec.audit.client import Server  # noqa: E402
 from exactspec.audit.engineclock import timed_request  # noqa: E402
 from exactspec.audit.engines import DIALECTS, detect  # noqa: E402
-from exactspec.audit.enginecosts import PAUSE_S, step_seconds  # noqa: E402
+from exactspec.audit.enginecosts import PAUSE_S, request_seconds, step_seconds  # noqa: E402
 from exactspec.audit.laws import Settings  # noqa: E402
 
 
@@ -136,7 +136,7 @@ def main() -> None:
                            "measured_tokens_per_step": m["tokens_per_step"],
                            "predicted_speedup": row["predicted_request_speedup"],
                            "predicted_decode_speedup": row["predicted_speedup"], "measured_speedup": m["speedup"],
-                           "measured_speedups": m["speedups"], **requests(profile, row, m, args.max_new_tokens)})
+                           "measured_speedups": m["speedups"], **requests(profile, row, m)})
             if args.concurrency:
                 checks[-1]["load"] = {"concurrency": args.concurrency,
                                       "predicted_speedup": row["load"][str(args.concurrency)]["predicted_speedup"],
@@ -145,17 +145,12 @@ def main() -> None:
     write_table(out, args.engine, args.temperature, checks)
 
 
-def requests(profile: dict, row: dict, m: dict, n: int) -> dict:
-    """A whole request's seconds, predicted (enginecosts.request_speedup's parts) and measured, on each server; and
-    its rest besides decoding (the prompt's pass, the first token, HTTP): where a speedup's error sits."""
-    measured = profile["measured"]
-    plain = next(x for x in measured if x["gamma"] is None)
-    spec_rest = statistics.mean(x["t_prefill"] for x in measured if x["gamma"] is not None)
-    out = {"predicted_plain_rest_s": plain["t_prefill"], "predicted_spec_rest_s": spec_rest,
-           "predicted_plain_request_s": plain["t_prefill"] + (n - 1) * profile["t_plain"],
-           "predicted_spec_request_s": spec_rest + (n - 1) / row["expected_tokens"] * step_seconds(profile,
-                                                                                                   row["gamma"])}
-    return out | {k: m[k] for k in ("plain_request_s", "spec_request_s", "plain_rest_s", "spec_rest_s") if k in m}
+def requests(profile: dict, row: dict, m: dict) -> dict:
+    """A whole request's seconds, predicted (enginecosts.request_seconds) and measured, on each server; and its rest
+    besides decoding (the prompt's pass, the first token, HTTP): where a speedup's error sits."""
+    keys = ("plain_request_s", "spec_request_s", "plain_rest_s", "spec_rest_s")
+    predicted = request_seconds(profile, row["gamma"], row["expected_tokens"])
+    return {f"predicted_{k}": v for k, v in predicted.items()} | {k: m[k] for k in keys if k in m}
 
 
 def rescore(out: pathlib.Path) -> list[dict]:

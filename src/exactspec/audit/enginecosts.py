@@ -65,11 +65,12 @@ def measure_servers(urls: list[str], prompts: list[list[int]], *, max_tokens: in
     try:
         found = [detect(s.get_json) for s in servers]
         acc = [_Timings(url, engine, model) for url, (engine, model) in zip(urls, found)]
+        law = Settings(temperature)
         try:
             for r in range(repeats):
                 for j, prompt in enumerate(prompts):
                     for server, a in zip(servers, acc):
-                        a.add(server, prompt, max_tokens, Settings(temperature), pause)
+                        a.add(server, prompt, max_tokens, law, pause)
                         if progress is not None:
                             progress.unit(f"{a.url} prompt {j + 1} (repeat {r + 1})")
         except KeyboardInterrupt:  # Ctrl-C keeps what was timed, once every server has a request
@@ -192,16 +193,23 @@ def load(path: str) -> dict:
     return profile
 
 
-def request_speedup(profile: dict, gamma: int, tokens_per_step: float) -> float:
-    """A whole request's time on the plain server over the speculative one at γ, for requests as long as those
-    timed: each pays its prompt's pass (the speculative servers' measured mean: the draft has a prompt to read
-    too), then N − 1 tokens at the plain rate or in steps of :func:`step_seconds`."""
+def request_seconds(profile: dict, gamma: int, tokens_per_step: float) -> dict:
+    """A whole request's predicted seconds on the plain server and on the speculative one at γ, for requests as long
+    as those timed, and their rest besides decoding: each pays its prompt's pass (the speculative servers' measured
+    mean: the draft has a prompt to read too), then N − 1 tokens at the plain rate or in steps of
+    :func:`step_seconds`. Keys ``plain_rest_s``, ``spec_rest_s``, ``plain_request_s``, ``spec_request_s``."""
     plain = next(m for m in profile["measured"] if m["gamma"] is None)
     spec = [m["t_prefill"] for m in profile["measured"] if m["gamma"] is not None]
     n = plain["max_tokens"] - 1
-    t_plain = plain["t_prefill"] + n * profile["t_plain"]
-    t_spec = sum(spec) / len(spec) + n / tokens_per_step * step_seconds(profile, gamma)
-    return t_plain / t_spec
+    rest = {"plain_rest_s": plain["t_prefill"], "spec_rest_s": sum(spec) / len(spec)}
+    return rest | {"plain_request_s": rest["plain_rest_s"] + n * profile["t_plain"],
+                   "spec_request_s": rest["spec_rest_s"] + n / tokens_per_step * step_seconds(profile, gamma)}
+
+
+def request_speedup(profile: dict, gamma: int, tokens_per_step: float) -> float:
+    """A whole request's time on the plain server over the speculative one at γ (:func:`request_seconds`)."""
+    t = request_seconds(profile, gamma, tokens_per_step)
+    return t["plain_request_s"] / t["spec_request_s"]
 
 
 def engine_costs(urls: list[str] | None, profile_path: str | None, engine: str, prompts: list[list[int]], *,
@@ -213,6 +221,7 @@ def engine_costs(urls: list[str] | None, profile_path: str | None, engine: str, 
     timing a load, prices the plan by what was timed (``profile["interrupted"]``; nothing stored)."""
     from exactspec.audit.engineload import fit_load, measure_load
 
+    note = ""
     if urls:
         if progress is not None:
             progress.start(len(urls) * repeats * len(prompts), f"timing {len(urls)} {engine} servers (batch 1)")
@@ -220,12 +229,9 @@ def engine_costs(urls: list[str] | None, profile_path: str | None, engine: str, 
                                    progress=progress)
         profile = fit(measured)
         profile["loads"] = {}
-        if any(m.get("interrupted") for m in measured):  # Ctrl-C: priced by what was timed, no load, not stored
-            profile["interrupted"] = True
-            n = sum(m["requests"] for m in measured)
-            return profile, [(1, cost_model(profile))], [describe(profile) + f" (interrupted by Ctrl-C after {n} "
-                                                          "requests in all; not stored)"]
-        for c in loads:  # each prompt at least 3 times, and 4 waves of c requests at least
+        if any(m.get("interrupted") for m in measured):  # Ctrl-C: priced by what was timed, no load
+            note = f" (interrupted by Ctrl-C after {sum(m['requests'] for m in measured)} requests in all; not stored)"
+        for c in loads if not note else ():  # each prompt at least 3 times, and 4 waves of c requests at least
             if progress is not None:
                 progress.phase(f"timing {len(urls)} {engine} servers at concurrency {c}")
             reps = max(repeats, -(-4 * c // max(len(prompts), 1)))
@@ -233,18 +239,19 @@ def engine_costs(urls: list[str] | None, profile_path: str | None, engine: str, 
                 profile["loads"][str(c)] = fit_load([measure_load(u, prompts, c, max_tokens=max_tokens,
                                                                   repeats=reps, temperature=temperature,
                                                                   pause=PAUSE_S) for u in urls])
-            except KeyboardInterrupt:  # Ctrl-C: batch 1 and the loads done price the plan; nothing stored
-                profile["interrupted"] = True
-                done = ", ".join(profile["loads"]) or "none"
-                return profile, [(1, cost_model(profile))], [describe(profile) + f" (Ctrl-C while timing "
-                                                              f"concurrency {c}: loads timed: {done}; not stored)"]
-        if profile_path:
+            except KeyboardInterrupt:  # Ctrl-C: batch 1 and the loads done price the plan
+                note = (f" (Ctrl-C while timing concurrency {c}: loads timed: {', '.join(profile['loads']) or 'none'};"
+                        " not stored)")
+                break
+        if note:  # an interrupted profile is not stored: a later plan would take it for a whole one
+            profile["interrupted"] = True
+        elif profile_path:
             save(profile, profile_path)
     else:
         profile = load(profile_path)
     if profile["engine"] != engine:
         raise ValueError(f"--engine {engine}, but the servers' costs are {profile['engine']}'s")
-    return profile, [(1, cost_model(profile))], [describe(profile)]
+    return profile, [(1, cost_model(profile))], [describe(profile) + note]
 
 
 def describe(profile: dict) -> str:
