@@ -68,9 +68,14 @@ def test_no_unseen_chat_prompt_is_a_training_prompt():
         sys.path.remove(str(ROOT / "training"))
     trained = set(chat_prompts.all_prompts()) | set(self_instruct.all_prompts()) | set(self_instruct.SEEDS)
     trained = {self_instruct.fold(p) for p in trained}
-    for name in ("unseen_chat.json", "unseen_chat2.json", "unseen_chat3.json"):
-        unseen = json.loads((ROOT / "benchmarks" / "prompts" / name).read_text())["prompts"]
-        assert not {self_instruct.fold(p) for p in unseen} & trained, name
+    sets = sorted((ROOT / "benchmarks" / "prompts").glob("unseen_chat*.json"))
+    assert len(sets) == 6
+    seen: set = set()
+    for path in sets:
+        unseen = {self_instruct.fold(p) for p in json.loads(path.read_text())["prompts"]}
+        assert not unseen & trained, path.name
+        assert not unseen & seen, path.name  # the sets share no prompt
+        seen |= unseen
     assert sorted(pair_prompts("smollm2")) == sorted(chat_prompts.prompts("heldout", seed=None))
 
 
