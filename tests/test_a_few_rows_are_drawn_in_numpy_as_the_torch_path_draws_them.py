@@ -3,6 +3,7 @@ the same uniform from the generator and the same two-level search as the vectori
 same token, and draws that follow the row's law."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from scipy.stats import chisquare
@@ -97,16 +98,32 @@ def test_a_bad_row_is_named_as_the_torch_path_names_it(v):
             sample_from_probs(torch.stack([good, row]))
 
 
-def test_a_draw_at_a_block_boundary_is_the_torch_paths_too():
+def test_a_draw_at_a_block_boundary_is_the_torch_paths_too(monkeypatch):
     """Where a uniform falls between two float32 sums of one block that differ in their last bit (NumPy and
     torch add a block's 256 values in different orders), both paths use the torch op's sums: a case a review
-    found, V = 128,000, where NumPy's own block sums drew the neighbouring token."""
+    found, V = 128,000, where NumPy's own block sums drew the neighbouring token. The boundary is found on the
+    machine that runs the test (which sums differ depends on its CPU's kernels) and the uniform put inside it."""
     torch.manual_seed(1)
-    p = torch.softmax(torch.randn(1, 128_000) * 0.5, -1)
-    g1, g2 = torch.Generator().manual_seed(0), torch.Generator().manual_seed(0)
-    torch.rand(220_661, generator=g1, dtype=torch.float64)
-    torch.rand(220_661, generator=g2, dtype=torch.float64)
-    assert int(sample_from_probs(p, g1)) == int(_torch_path(p, g2)) == 112_639
+    p = torch.softmax(torch.randn(1, 128_000) * 0.5, -1)  # [1, V]
+    torch_cdf = sampling._block_sums(p)[0].cumsum(0)  # [nb] float64, from the torch op's fp32 block sums
+    a = p[0].numpy()
+    nb = a.size // sampling._BLOCK
+    own = np.cumsum(a[: nb * sampling._BLOCK].reshape(nb, -1).sum(1, dtype=np.float32), dtype=np.float64)
+    gap = np.abs(torch_cdf[:nb].numpy() - own)
+    j = int(gap.argmax())
+    if gap[j] == 0:
+        pytest.skip("NumPy's block sums equal torch's on this CPU: no boundary to test")
+    total = float(torch_cdf[-1])
+    x = (float(torch_cdf[j]) + float(own[j])) / 2  # inside the gap: one sum puts it in block j, the other in j + 1
+    by_own = int(np.searchsorted(own, x, "right"))  # the block NumPy's own sums would pick
+    by_torch = int(np.searchsorted(torch_cdf.numpy(), x, "right"))
+    assert by_own != by_torch  # the case is a real boundary
+    real_rand = torch.rand
+    monkeypatch.setattr(torch, "rand", lambda *shape, **kw: real_rand(*shape, **kw) * 0 + x / total)
+    g = torch.Generator()
+    tok = int(sample_from_probs(p, g))  # the NumPy path (one row)
+    assert tok == int(_torch_path(p, g))
+    assert tok // sampling._BLOCK == by_torch
 
 
 def test_a_row_without_mass_leaves_the_generator_where_it_was():
