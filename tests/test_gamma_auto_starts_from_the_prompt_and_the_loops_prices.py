@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import pathlib
 
+import numpy as np
 import pytest
 import torch
 
@@ -316,25 +317,46 @@ def test_a_run_whose_prompt_says_draft_gives_the_pending_token_back_and_stays_gr
         assert row[-10:] == target_greedy(target, prompt, 10)
 
 
-def test_the_loop_priced_profile_prices_a_plain_step_at_the_median_plain_run(monkeypatch):
-    """A run of plain steps is a few tens of ms; one busy moment must not price every later seeded run."""
+def test_the_loop_priced_profile_prices_each_length_at_its_median_step_timed_in_turns(monkeypatch):
+    """One price per draft length, each the median of its timed runs (one busy run must not price every later
+    seeded run), the lengths timed in turns round by round, a longer one on the line through them all."""
     from exactspec.engine import loopcosts
     from exactspec.speed.stats import GenerationStats
 
     target, draft = _models()
-    per_step = iter([0.5, 0.030, 0.010, 0.011, 0.009, 0.010, 0.012])  # the first warms up; one busy run
-    real = loopcosts.calibration_run
+    top = max(loopcosts.LOOP_GAMMAS)
+    base = {g: 0.010 + 0.002 * g + (0.004 if g == 3 else 0.0) for g in range(top + 1)}  # seconds a step
+    busy = [5.0, 1.0, 3.0, 0.9]  # the warm-up (two runs), then three rounds, the second beside something else
+    order, rounds = [], iter([0, 0] + [r for r in range(1, len(busy)) for _ in loopcosts.LOOP_GAMMAS])
 
     def run(gen, ids, *, gamma, **kw):
-        out = real(gen, ids, gamma=gamma, **kw)
+        order.append(gamma)
+        f, steps, call = busy[next(rounds)], 4, 0.001
         if gamma == 0:
-            s = out.stats
-            out.stats = GenerationStats(**{**s.__dict__, "plain_step_time": next(per_step) * (s.plain_steps
-                                                                                           - s.prefill_steps)})
-        return out
+            s = GenerationStats(plain_steps=steps + 1, prefill_steps=1, plain_step_time=steps * base[0] * f)
+        else:
+            drafted = base[gamma] * f - gamma * call  # the step's seconds besides its draft calls
+            s = GenerationStats(gamma_steps=[0] * gamma + [steps], gamma_seconds=[0.0] * gamma + [steps * drafted],
+                                draft_steps=steps, draft_calls=steps * gamma, draft_first_time=steps * call,
+                                draft_time=steps * gamma * call)
+        return type("Out", (), {"stats": s})()
     monkeypatch.setattr(loopcosts, "calibration_run", run)
     cm = loopcosts.loop_priced(SpeculativeGenerator(target, draft, calibrate=False), 1, new_tokens=8)
-    assert cm.metadata["loop_plain_step"] == pytest.approx(0.0105)  # the median of the six timed runs
+    assert order == [0, top] + list(loopcosts.LOOP_GAMMAS) * 3  # warm-up, then in turns, round by round
+    for g in loopcosts.LOOP_GAMMAS:  # the median of the three rounds: factor 1.0
+        assert cm.step_time(g) == pytest.approx(base[g], rel=1e-9), g
+    assert cm.metadata["loop_plain_step"] == pytest.approx(base[0])
+    assert cm.t_draft == pytest.approx(0.001)
+    for g in range(2, top):  # a length not timed: between its neighbours (base rises by 2 ms a length)
+        if g not in loopcosts.LOOP_GAMMAS:
+            assert cm.step_time(g) == pytest.approx(0.010 + 0.002 * g, rel=1e-9), g
+    # past the timed lengths: the least-squares line through every drafting length, not through the last two
+    # (which gamma = 3's extra 4 ms does not touch)
+    timed = [g for g in loopcosts.LOOP_GAMMAS if g]
+    slope, icpt = np.polyfit(timed, [base[g] for g in timed], 1)
+    line = icpt + slope * (top + 4)
+    assert abs(line - (base[top] + 4 * 0.002)) > 1e-4  # the last two's line would be another price
+    assert cm.step_time(top + 4) == pytest.approx(line, rel=1e-9)
 
 
 def test_a_generators_first_run_keeps_the_gap_its_prompts_evidence_grew():

@@ -68,14 +68,16 @@ def test_auto_gamma_measures_the_cost_model_once_per_pair_and_batch_size(monkeyp
     from exactspec.speed import profiles
 
     target, draft = _models()
+    from exactspec.engine import loopcosts
+
     calls = []
-    real = CostModel.measure.__func__
+    real = loopcosts.loop_priced
 
-    def counting(cls, *a, **kw):
-        calls.append(kw.get("batch_size", 1))
-        return real(cls, *a, **kw)
+    def counting(gen, batch_size=1, **kw):
+        calls.append(batch_size)
+        return real(gen, batch_size, **kw)
 
-    monkeypatch.setattr(CostModel, "measure", classmethod(counting))
+    monkeypatch.setattr(loopcosts, "loop_priced", counting)
     monkeypatch.setenv("EXACTSPEC_CACHE", str(tmp_path))  # no stored profiles either
     monkeypatch.setattr(profiles, "_IN_PROCESS", {})
     kw = dict(max_new_tokens=3, gamma="auto", do_sample=False, eos_token_id=[])

@@ -1,5 +1,5 @@
-"""What the engine's own loop costs around the forwards, measured once per machine and sampling mode for the
-stored profile ``gamma="auto"`` starts from (:func:`exactspec.speed.profiles.stored_cost_model` with ``loop=``;
+"""What a step of the engine's own loop costs at each draft length, measured once per machine and sampling mode
+for the stored profile ``gamma="auto"`` starts from (:func:`exactspec.speed.profiles.stored_cost_model` with ``loop=``;
 :func:`exactspec.engine.policy.auto_cost`)."""
 from __future__ import annotations
 
@@ -15,38 +15,74 @@ from exactspec.speed.costmodel import CostModel
 
 __all__ = ["loop_priced", "calibration_run"]
 
-_REPEATS = 7  # interleaved pairs of runs, the first warming the caches (about 3 s in all on the stdlib pair)
+_ROUNDS = 3  # timed rounds over every length, in turn; each length's price is their median
+# The lengths whose steps are timed; 5 and 7 are priced between their neighbours, a longer one on the least-squares
+# line through them all (loop_priced). Up to 8: the best fixed gamma of issue 49's cells was between 1 and 6 in
+# every round since r26. Seven lengths and three rounds, not nine and five (r28's first form): a profile of a pair of
+# tiny test models took 5.9 s in that form, doubling the test suite; a larger target waits in proportion.
+LOOP_GAMMAS = (0, 1, 2, 3, 4, 6, 8)
 
 
 def loop_priced(gen, batch_size: int = 1, *, sampled: bool = False, new_tokens: int = 32):
-    """The forwards' cost profile priced as the engine's loop runs them, all measured now, together: the bare
-    forwards (:meth:`CostModel.measure`), then a gamma = 4 run and a run of plain steps, `new_tokens` each on a
-    fixed random prompt of 32 tokens per row, greedy or sampled at T = 1, `_REPEATS` times interleaved, all
-    but the first (which warms the caches) timed: the speculative runs pooled, the plain runs' median. The
-    table is shifted so that a plain step costs what the loop's plain steps took (:meth:`CostModel.calibrate`
-    with ``plain_time``), and a speculative step's draft calls and overhead are what the gamma = 4 runs took.
-    One moment for all: this machine's speed drifts by up to 1.5x between sessions, and a table measured at
-    another moment than the loop mispriced drafting against plain steps. Random tokens are accepted at random rates; only the seconds per call and per step are read.
-    `gen`: a fresh SpeculativeGenerator on the pair with a draft model (its runs use fixed lengths: no cost
-    model, nothing learnt)."""
-    bare = CostModel.measure(gen.target, gen.draft, batch_size=batch_size)
+    """One price per draft length, each the seconds the engine's own loop took per step at that fixed gamma
+    (0: plain steps): a run of `new_tokens` on a fixed random prompt of 32 tokens per row, greedy or sampled at
+    T = 1, for every gamma of `LOOP_GAMMAS` in turn, `_ROUNDS` rounds after two warm-up runs, the median of
+    each length's. Random tokens are accepted at random rates; only the seconds per step are read.
+
+    Why the loop's steps and not the bare forwards: a table of bare forwards did not reproduce on this machine
+    (widths 5-11 moved by up to 40% between two measurements in one process, r27, docs/adaptive.md), and the
+    loop adds seconds around them that depend on the length (a target forward after k draft calls runs slower
+    than a bare one). The loop's steps at gamma = 0 ... 5 moved by under 13% between four measurements (2026-12-06).
+    In turn, round by round: a slow minute lands on every length alike.
+
+    As a CostModel: ``t_draft`` one draft call (a step's later calls), ``target_times[k + 1]`` what a k-draft
+    step took besides k draft calls, no overhead, so ``step_time(k)`` is the measured step.
+    `gen`: a fresh SpeculativeGenerator on the pair with a draft model."""
     ids = torch.randint(0, vocab_size(gen.target), (batch_size, 32), generator=torch.Generator().manual_seed(0))
     kw = dict(max_new_tokens=new_tokens, eos_token_id=[], seed=0,
               **(dict(do_sample=True, temperature=1.0, top_k=0, top_p=1.0) if sampled else dict(do_sample=False)))
-    spec, plain = [], []
-    for rep in range(_REPEATS):
-        spec.append(calibration_run(gen, ids, gamma=4, **kw).stats)
-        plain.append(calibration_run(gen, ids, gamma=0, **kw).stats)  # plain steps only
-    # A plain step's price is the median run's: a run of plain steps is a few tens of ms, and on a shared
-    # machine one such run measured 1.6 to 2.3 ms a step among its neighbours (llama.cpp, 2026-12-04), so the
-    # mean of two priced a gamma = 5 step at 3.2x to 4.5x a plain one from one profile to the next.
-    # (the first plain step's forward is the prefill's: GenerationStats.prefill_steps)
-    plain_step = statistics.median(s.plain_step_time / (s.plain_steps - s.prefill_steps) for s in plain[1:])
-    cm = bare.calibrate(spec[1:], plain_time=plain_step).to_dict()
-    cm["t_overhead_plain"] = 0.0  # a plain step is the shifted T_target(1): what the loop's plain steps took
-    cm["metadata"] = {**cm["metadata"], "loop": "sampled" if sampled else "greedy", "loop_tokens": new_tokens,
-                      "loop_plain_step": plain_step}
-    return CostModel.from_dict(cm)
+    step: dict = {g: [] for g in LOOP_GAMMAS}  # per gamma, per round: seconds per step
+    call: list = []  # per run drafting >= 2 a step: seconds per later draft call
+    for g in (0, max(LOOP_GAMMAS)):  # warm-up: the caches, both models' sessions at their widest
+        calibration_run(gen, ids, gamma=g, **kw)
+    for _ in range(_ROUNDS):
+        for g in LOOP_GAMMAS:
+            s = calibration_run(gen, ids, gamma=g, **kw).stats
+            per = _seconds_per_step(s, g)
+            if per is not None:
+                step[g].append(per)
+            if s.draft_calls > s.draft_steps > 0:
+                call.append((s.draft_time - s.draft_first_time) / (s.draft_calls - s.draft_steps))
+    price = {g: statistics.median(v) for g, v in step.items() if v}
+    timed = {str(g): p for g, p in price.items()}
+    t_draft = statistics.median(call) if call else 0.0
+    # Past the lengths timed: the least-squares line through every drafting length's price, not the last two
+    # (two lengths' noise, extrapolated, priced gamma = 12 at 32 to 48 ms in four measurements of one machine;
+    # the line through gamma = 1 ... 8 at 30 to 38)
+    gs = [g for g in price if g > 0]
+    if not gs:
+        raise RuntimeError("the loop made no drafting step at any fixed gamma; it cannot be priced")
+    mg, mp = statistics.fmean(gs), statistics.fmean(price[g] for g in gs)
+    slope = max(0.0, sum((g - mg) * (price[g] - mp) for g in gs) / max(sum((g - mg) ** 2 for g in gs), 1e-300))
+    for g in (gs[-1] + 1, gs[-1] + 2):  # two points: CostModel.t_target goes on along their line
+        price[g] = max(price[gs[-1]], mp + slope * (g - mg))
+    table = {g + 1: max(p - g * t_draft, 1e-9) for g, p in price.items()}
+    return CostModel(t_draft, table, {"loop": "sampled" if sampled else "greedy", "loop_tokens": new_tokens,
+                                      "loop_plain_step": price[0], "loop_step": timed,
+                                      "repeats": _ROUNDS, "batch_size": batch_size}, 0.0, 0.0, 0.0)
+
+
+def _seconds_per_step(s, gamma: int) -> float | None:
+    """A fixed-`gamma` run's seconds per step: plain steps (gamma = 0) over the plain steps that made a forward;
+    else the steps that drafted `gamma` tokens with every row running (GenerationStats.gamma_steps: a run's
+    last steps draft fewer, capped by the tokens left) with their draft calls at the run's draft seconds per
+    step (gamma calls, the first one cold). None when the run made no such step."""
+    if gamma == 0:
+        made = s.plain_steps - s.prefill_steps
+        return s.plain_step_time / made if made > 0 else None
+    if len(s.gamma_steps) <= gamma or not s.gamma_steps[gamma]:
+        return None
+    return s.gamma_seconds[gamma] / s.gamma_steps[gamma] + s.draft_time / s.draft_steps
 
 
 def calibration_run(gen, input_ids, *, gamma: int, max_new_tokens: int, eos_token_id=None, seed=None,

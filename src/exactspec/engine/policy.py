@@ -365,9 +365,10 @@ class AdaptivePolicy:
 def auto_cost(gen, batch_size: int, sampled: bool | None = None):
     """What ``gamma="auto"`` prices a run of generator `gen` with: its `cost_model` as given, else the pair's
     profile stored on disk at this batch size (:mod:`exactspec.speed.profiles`), the same for seeded and
-    unseeded runs. A plain draft model's chain (`sampled` given) is priced as the loop runs in that sampling mode
-    (:func:`exactspec.engine.loopcosts.loop_priced`): the bare forwards leave out 0.7-1.5 ms of Python a step
-    on llama.cpp beside a 1.5-4 ms forward (docs/llamacpp.md, r6), and drafting priced by them lost."""
+    unseeded runs. A plain draft model's chain (`sampled` given) is priced by the loop's own steps at each length
+    in that sampling mode (:func:`exactspec.engine.loopcosts.loop_priced`): the bare forwards leave out 0.7-1.5 ms
+    of Python a step on llama.cpp beside a 1.5-4 ms forward (docs/llamacpp.md, r6), and drafting priced by them
+    lost."""
     from exactspec.engine.drafters import DraftModelDrafter
     from exactspec.speed.profiles import stored_cost_model
 
