@@ -359,6 +359,26 @@ def test_the_loop_priced_profile_prices_each_length_at_its_median_step_timed_in_
     assert cm.step_time(top + 4) == pytest.approx(line, rel=1e-9)
 
 
+def test_a_large_batch_is_priced_by_short_runs_that_still_time_every_length_in_full(monkeypatch):
+    """Past 8 rows a pricing run makes fewer tokens (ROW_TOKENS in all), never so few that a length's first step
+    drafts less than the length: every length of LOOP_GAMMAS is priced from its own timed steps."""
+    from exactspec.engine import loopcosts
+
+    assert [loopcosts.loop_tokens(b) for b in (1, 8, 9, 64, 2000)] == [32, 32, 28, 12, 12]
+    made = []
+    real = loopcosts.calibration_run
+
+    def run(gen, ids, **kw):
+        made.append(kw["max_new_tokens"])
+        return real(gen, ids, **kw)
+    monkeypatch.setattr(loopcosts, "calibration_run", run)
+    target, draft = _models()
+    cm = loopcosts.loop_priced(SpeculativeGenerator(target, draft), 64)
+    assert set(made) == {loopcosts.loop_tokens(64)}
+    assert sorted(int(g) for g in cm.metadata["loop_step"]) == list(loopcosts.LOOP_GAMMAS)
+    assert cm.metadata["loop_tokens"] == 12 and cm.metadata["batch_size"] == 64
+
+
 def test_a_generators_first_run_keeps_the_gap_its_prompts_evidence_grew():
     """Unseeded, the evidence grows the gap of the state the generator carries to its later runs (as a seeded
     run's, which ends with it): no re-probe in the next 64-token runs where the first prompt said drafting

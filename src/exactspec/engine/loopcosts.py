@@ -13,7 +13,7 @@ from exactspec.engine.hfconfig import SamplingConfig, SamplingSpec
 from exactspec.engine.runargs import run_args
 from exactspec.speed.costmodel import CostModel
 
-__all__ = ["loop_priced", "calibration_run"]
+__all__ = ["loop_priced", "loop_tokens", "calibration_run"]
 
 _ROUNDS = 3  # timed rounds over every length, in turn; each length's price is their median
 # The lengths whose steps are timed; 5 and 7 are priced between their neighbours, a longer one on the least-squares
@@ -21,11 +21,16 @@ _ROUNDS = 3  # timed rounds over every length, in turn; each length's price is t
 # every round since r26. Seven lengths and three rounds, not nine and five (r28's first form): a profile of a pair of
 # tiny test models took 5.9 s in that form, doubling the test suite; a larger target waits in proportion.
 LOOP_GAMMAS = (0, 1, 2, 3, 4, 6, 8)
+# New tokens a run makes: 32, fewer past 8 rows so that a run makes at most ROW_TOKENS tokens in all (at least
+# max(LOOP_GAMMAS) + 4, so that every length's first step drafts in full). At 2,000 rows, 32 tokens a run made the
+# first gamma="auto" call of a test price its batch size for 58 s on a pair of tiny models; a step at a large batch
+# is mostly arithmetic, so few steps time it.
+ROW_TOKENS = 256
 
 
-def loop_priced(gen, batch_size: int = 1, *, sampled: bool = False, new_tokens: int = 32):
+def loop_priced(gen, batch_size: int = 1, *, sampled: bool = False, new_tokens: int | None = None):
     """One price per draft length, each the seconds the engine's own loop took per step at that fixed gamma
-    (0: plain steps): a run of `new_tokens` on a fixed random prompt of 32 tokens per row, greedy or sampled at
+    (0: plain steps): a run of `new_tokens` (default :func:`loop_tokens`) on a fixed random prompt of 32 tokens per row, greedy or sampled at
     T = 1, for every gamma of `LOOP_GAMMAS` in turn, `_ROUNDS` rounds after two warm-up runs, the median of
     each length's. Random tokens are accepted at random rates; only the seconds per step are read.
 
@@ -38,6 +43,7 @@ def loop_priced(gen, batch_size: int = 1, *, sampled: bool = False, new_tokens: 
     As a CostModel: ``t_draft`` one draft call (a step's later calls), ``target_times[k + 1]`` what a k-draft
     step took besides k draft calls, no overhead, so ``step_time(k)`` is the measured step.
     `gen`: a fresh SpeculativeGenerator on the pair with a draft model."""
+    new_tokens = loop_tokens(batch_size) if new_tokens is None else new_tokens
     ids = torch.randint(0, vocab_size(gen.target), (batch_size, 32), generator=torch.Generator().manual_seed(0))
     kw = dict(max_new_tokens=new_tokens, eos_token_id=[], seed=0,
               **(dict(do_sample=True, temperature=1.0, top_k=0, top_p=1.0) if sampled else dict(do_sample=False)))
@@ -70,6 +76,11 @@ def loop_priced(gen, batch_size: int = 1, *, sampled: bool = False, new_tokens: 
     return CostModel(t_draft, table, {"loop": "sampled" if sampled else "greedy", "loop_tokens": new_tokens,
                                       "loop_plain_step": price[0], "loop_step": timed,
                                       "repeats": _ROUNDS, "batch_size": batch_size}, 0.0, 0.0, 0.0)
+
+
+def loop_tokens(batch_size: int) -> int:
+    """The new tokens of each pricing run at `batch_size` rows (ROW_TOKENS)."""
+    return max(max(LOOP_GAMMAS) + 4, min(32, ROW_TOKENS // max(batch_size, 1)))
 
 
 def _seconds_per_step(s, gamma: int) -> float | None:
