@@ -154,6 +154,20 @@ def test_a_probe_drafts_the_length_that_pays_at_rates_one_standard_error_up():
     assert probe_after(30) == 1
 
 
+def test_a_probe_due_where_nothing_is_left_to_draft_waits_for_the_next_step_that_can():
+    """A probe due at a run's last token (left = 0 in every row) cannot draft: the gap neither restarts nor
+    doubles, and the first step where a row can draft makes the probe."""
+    steep = CostModel(t_draft=0.0012, target_times={1: 0.010, 2: 0.0145, 8: 0.016})
+    policy = AdaptivePolicy(steep, 8, DraftingState(probe_gap=64))
+    _verdict(policy, [4], [0])
+    policy.state.since_probe = 63
+    assert int(policy.next_lengths(torch.tensor([0]))) == 0 and not policy.probing
+    assert (policy.state.probe_gap, policy.state.since_probe) == (64, 64)
+    assert policy.plain_streak() == 1  # the probe is due: one plain step at a time until it can be made
+    assert policy.next_lengths(torch.tensor([0, 3])).tolist()[1] >= 1 and policy.probing  # one row can draft
+    assert (policy.state.probe_gap, policy.state.since_probe) == (128, 0)
+
+
 def test_a_deeper_position_rejected_once_is_still_drafted_while_its_evidence_is_thin(monkeypatch):
     """Positions after an accepted one are priced at the continuation rate. One early rejection there
     (1 verdict) used to keep every later step at one token, so the rate was never measured again; with

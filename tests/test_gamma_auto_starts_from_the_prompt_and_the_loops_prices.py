@@ -381,14 +381,17 @@ def test_a_large_batch_is_priced_by_short_runs_that_still_time_every_length_in_f
 
 def test_a_generators_first_run_keeps_the_gap_its_prompts_evidence_grew():
     """Unseeded, the evidence grows the gap of the state the generator carries to its later runs (as a seeded
-    run's, which ends with it): no re-probe in the next 64-token runs where the first prompt said drafting
-    loses."""
+    run's, which ends with it): no probe in the first 64-token run, whose prompt said drafting loses (the gap
+    grew to 64), and the probe then due at its last token, where nothing is left to draft, is made at the next
+    run's first step instead of doubling the gap unseen; then none for 128 plain steps."""
     cost = CostModel(t_draft=0.004, target_times={1: 0.010, 2: 0.02, 16: 0.05})
     target, draft = _models()
     gen = SpeculativeGenerator(target, draft, cost_model=cost, calibrate=False)
     prompt = torch.tensor([[5, 9, 13, 5, 9, 21, 30, 4, 8, 17, 3, 12, 6, 19, 2, 11, 7, 14, 10, 1, 16]])
     kw = dict(max_new_tokens=64, do_sample=True, temperature=1.0, top_k=0, eos_token_id=[])
-    calls = [gen.generate(prompt, gamma="auto", generator=torch.Generator().manual_seed(i), **kw).stats.draft_calls
+    stats = [gen.generate(prompt, gamma="auto", generator=torch.Generator().manual_seed(i), **kw).stats
              for i in range(3)]
     state = next(iter(gen._drafting.values()))
-    assert state.probe_gap == 256 and calls == [0, 0, 0]
+    assert [s.draft_calls > 0 for s in stats] == [False, True, False]
+    assert stats[0].plain_steps == 64 and stats[2].plain_steps == 64
+    assert state.probe_gap == 128 and state.since_probe < state.probe_gap

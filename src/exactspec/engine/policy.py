@@ -243,7 +243,10 @@ class AdaptivePolicy:
             st.probe_gap = FIRST_GAP
         else:
             st.since_probe += 1
-            if st.since_probe >= st.probe_gap:  # the one exploration rule (module doc)
+            # the one exploration rule (module doc), when a row can draft: a probe due at a run's last token
+            # (nothing left to draft) waits for the next step that can, rather than doubling the gap unseen (runs
+            # of 64 tokens met every gap, all multiples of 64, at their last token: a generator probed never)
+            if st.since_probe >= st.probe_gap and bool((left > 0).any()):
                 k = max(1, self.best_length(min(self._first + u1, 1.0), self._later)[0])
                 self.probing, st.since_probe, st.probe_gap = True, 0, min(2 * st.probe_gap, MAX_GAP)
         self._plain, self._p = k == 0, None
