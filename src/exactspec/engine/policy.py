@@ -26,8 +26,7 @@ The loop asks a policy per step (see :class:`exactspec.engine.decoding.Speculati
   positions after an accepted one in every stop: they are measured only when reached.
 
 Drafting is priced by renewal reward: R = max_K E(K) / price[K] is what a step is worth per second (E(K): the
-expected tokens of a K-draft step), and a step drafts only where that beats a plain step by MARGIN (a price's
-error); position i is drafted while some length L >= i adds more expected tokens
+expected tokens of a K-draft step); position i is drafted while some length L >= i adds more expected tokens
 than R times the seconds it adds (the model-based form of llama.cpp's ``p_min`` and SpecDec++'s stop).
 """
 from __future__ import annotations
@@ -47,11 +46,6 @@ PRIOR, PRIOR_WEIGHT = 0.7, 2.0  # a fresh model's belief, and its weight in pseu
 DECAY = 0.995  # per verified step: old text fades (a new prompt, code after prose) over ~200 steps
 OPTIMISM = 1.0  # standard errors a probe adds to the rates: a pair unlucky in its first verdicts still probes
 FIRST_GAP, MAX_GAP = 4, 256  # plain steps before a probe: doubling, 6 probes then one per 256 steps at most
-# Drafting must beat a plain step by this share of its tokens per second: a price's error. Two measurements of
-# one pair's profile put a length's price, in plain steps, 5-8% apart (stdlib, llama.cpp, gamma = 4: 2.82, 2.94,
-# 3.06, 3.22; transformers: gamma = 1 ... 5 within 5-8%, r28), so a length that pays by less pays by noise, and
-# drafting on it lost up to 11% (r28). Declining it costs at most this share against the best fixed gamma.
-MARGIN = 0.05
 
 
 class FixedPolicy:
@@ -222,12 +216,12 @@ class AdaptivePolicy:
 
     def best_length(self, first: float, later: float) -> tuple[int, float]:
         """(K, tokens per second) of the best fixed length: `first` the first position's rate, `later` the
-        others'. K = 0: a plain step, unless a length beats it by MARGIN."""
+        others'. K = 0: a plain step."""
         best, rate, e, pw = 0, 1.0 / self.price[0], 1.0, 1.0
         for k in range(1, self.max_gamma + 1):
             pw *= first if k == 1 else later
             e += pw
-            if e / self.price[k] > rate * (1 + (1e-9 if best else MARGIN)):
+            if e / self.price[k] > rate * (1 + 1e-9):
                 best, rate = k, e / self.price[k]
         return best, rate
 
@@ -347,7 +341,7 @@ class AdaptivePolicy:
         best, rate = 0, len(found) / self.price[0]
         for width in range(1, top + 1):
             r = (len(found) + sum(row[min(width, f, len(row) - 1)] for row, f in zip(cum, found))) / self.price[width]
-            if r > rate * (1 + (1e-9 if best else MARGIN)):
+            if r > rate * (1 + 1e-9):
                 best, rate = width, r
         best = max(best, 1) if self.probing else best
         self.early_stops += sum(f > best for f in found)
