@@ -30,9 +30,9 @@ ROW_TOKENS = 256
 
 def loop_priced(gen, batch_size: int = 1, *, sampled: bool = False, new_tokens: int | None = None):
     """One price per draft length, each the seconds the engine's own loop took per step at that fixed gamma
-    (0: plain steps): a run of `new_tokens` (default :func:`loop_tokens`) on a fixed random prompt of 32 tokens per row, greedy or sampled at
-    T = 1, for every gamma of `LOOP_GAMMAS` in turn, `_ROUNDS` rounds after two warm-up runs, the median of
-    each length's. Random tokens are accepted at random rates; only the seconds per step are read.
+    (0: plain steps): a run of `new_tokens` (default :func:`loop_tokens`) on a fixed random prompt of 32 tokens
+    per row, greedy or sampled at T = 1, for every gamma of `LOOP_GAMMAS` in turn, `_ROUNDS` rounds after two
+    warm-up runs, the median of each length's. Random tokens are accepted at random rates; only the seconds per step are read.
 
     Why the loop's steps and not the bare forwards: a table of bare forwards did not reproduce on this machine
     (widths 5-11 moved by up to 40% between two measurements in one process, r27, docs/adaptive.md), and the

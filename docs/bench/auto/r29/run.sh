@@ -19,3 +19,5 @@ cell stdlib transformers 0 unseen_code18.json _b
 date > $O/done_b.txt
 # then smollm2 llama.cpp greedy (seeded 0.966):
 cell smollm2 llamacpp 0 unseen_chat7.json _b
+# and the SmolLM2 x transformers cells (not run since r26):
+for T in 0 1; do cell smollm2 transformers $T unseen_chat7.json ""; done
