@@ -21,3 +21,5 @@ date > $O/done_b.txt
 cell smollm2 llamacpp 0 unseen_chat7.json _b
 # and the SmolLM2 x transformers cells (not run since r26):
 for T in 0 1; do cell smollm2 transformers $T unseen_chat7.json ""; done
+# then smollm2 transformers greedy (the generator 0.953):
+cell smollm2 transformers 0 unseen_chat7.json _b
