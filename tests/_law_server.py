@@ -109,15 +109,17 @@ class Sampler:
             p[b] += moved
         return p
 
-    def complete(self, prompt: list[int], n: int, body: dict, llamacpp: bool, counters) -> list[int]:
+    def complete(self, prompt: list[int], n: int, body: dict, llamacpp: bool, counters) -> tuple[list[int], dict]:
+        """(tokens, this request's clock): the clock is handed back under the lock, since the next request
+        replaces `self.clock` as soon as the lock is free (a handler that read it afterwards met another's)."""
         seed = body.get("seed")
         g = torch.Generator().manual_seed(int(seed)) if seed is not None else torch.Generator().manual_seed(
             int(torch.randint(0, 2 ** 62, ()).item()))
         with self.lock:
             self.clock = {"accepted": 0}
             if self.draft is None or self.fault == "greedy-flip":
-                return self._plain(prompt, n, body, llamacpp, g)
-            return self._speculative(prompt, n, body, llamacpp, g, counters)
+                return self._plain(prompt, n, body, llamacpp, g), self.clock
+            return self._speculative(prompt, n, body, llamacpp, g, counters), self.clock
 
     def _plain(self, prompt, n, body, llamacpp, g) -> list[int]:
         out = []
@@ -226,8 +228,7 @@ def serve(args) -> None:
             if not isinstance(prompt, list):
                 return self._send(400, {"error": {"message": "prompt must be token ids"}})
             n = int(body.get("n_predict" if llamacpp else "max_tokens", 16))
-            ids = sampler.complete(prompt, n, body, llamacpp, counters)
-            own = sampler.clock
+            ids, own = sampler.complete(prompt, n, body, llamacpp, counters)
             if clock:
                 clock["prefill_time_seconds"].observe(own["prefill_s"])
                 clock["decode_time_seconds"].observe(own["decode_s"])
