@@ -25,7 +25,10 @@ test: install
 	# The llama.cpp backend's tests need llama-cpp-python: pip compiles it once (about 7 minutes on 2 cores)
 	# and reuses the wheel it cached after that.
 	CMAKE_ARGS="-DLLAVA_BUILD=OFF" $(BIN)/pip install -q -e ".[test,llamacpp]"
-	$(BIN)/python -m pytest
+	# Two workers (pytest-xdist): the tests run one torch thread each, so one worker left a core idle (15 min
+	# on 2 cores, 2026-12-06; 10 min on two). Tests marked `timed` compare clocks read apart: run alone after.
+	$(BIN)/python -m pytest -n 2 -m "not timed"
+	$(BIN)/python -m pytest -m timed
 
 # The live audits (issue 47): vLLM and llama.cpp's server started as processes from their own environments
 # (engines/setup.sh installs them where missing), audited over HTTP; about 30 minutes. Reports go to

@@ -59,6 +59,7 @@ class Sampler:
         self.lock = threading.Lock()  # one forward at a time: torch on one thread, the tests' server is small
         self.cached: list[int] = []  # the last prompt: its common prefix with the next is not computed again
         self.clock: dict = {}  # the last request's: prompt_n, prefill_s, decode_s, accepted
+        self.memo: dict = {}  # (model, ids, last) -> logits [last, V]
 
     def forward_s(self, k: int) -> float:
         """Seconds slept by a target forward of k tokens under --step-ms with a fifth number V: PLAIN + V (k - 1)^2
@@ -75,8 +76,13 @@ class Sampler:
         return self.forward_s(computed) if len(self.costs) > 4 and computed <= 16 else self.costs[0]
 
     def logits(self, model, ids: list[int], last: int = 1) -> torch.Tensor:  # [last, V] float64
-        with torch.no_grad():
-            return model(input_ids=torch.tensor([ids])).logits[0, -last:].double()
+        # memoised: every request of an audit starts from one of a few prompts, so its first positions were computed
+        # by an earlier one (each forward is ~2 ms of transformers' Python; they made the audit's tests wait)
+        key = (id(model), tuple(ids), last)
+        if key not in self.memo:
+            with torch.no_grad():
+                self.memo[key] = model(input_ids=torch.tensor([ids])).logits[0, -last:].double()
+        return self.memo[key]
 
     def law(self, z: torch.Tensor, body: dict, llamacpp: bool, history: list[int]) -> torch.Tensor:  # [V] float64
         """The law at one position: each engine's order, written apart from exactspec.audit.laws."""

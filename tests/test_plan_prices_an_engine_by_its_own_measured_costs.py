@@ -12,6 +12,8 @@ from _audit_servers import law_server, law_servers, make_models
 from exactspec.audit import enginecosts
 from exactspec.cli import main
 
+pytestmark = pytest.mark.timed  # servers' slept costs timed and compared: `make test` runs these alone
+
 MS = "6,12,15,8"  # a prompt's pass 6 ms, a plain step 12 ms, a speculative step 15 + 8·γ ms: sleeps, not the
 # tiny models' forwards (about a millisecond, and noisy on a shared machine), set the costs
 CURVE = "3,6,7.5,4,1"  # a k-token forward 6 + (k − 1)² ms: a speculative step verifies γ + 1 tokens in one, so it
