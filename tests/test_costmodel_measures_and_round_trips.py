@@ -190,6 +190,20 @@ def test_calibrate_against_measured_plain_decoding_shifts_the_table():
             bare.calibrate(st, plain_time=bad)
 
 
+def test_a_bare_table_whose_wider_forward_timed_below_the_shift_prices_it_as_a_plain_step():
+    """A busy machine timed the bare T(1) at 10 ms and T(3) at 3 ms; plain decoding then ran at 4 ms: the shift
+    (-6 ms) would price T(3) at -3 ms. That width is priced at the plain step's 4 ms instead of failing the
+    calibration (it raised in the suite on two workers)."""
+    from exactspec.speed.stats import GenerationStats
+
+    bare = CostModel(0.001, {1: 0.010, 3: 0.003, 5: 0.014})
+    st = GenerationStats(target_calls=10, draft_calls=40, target_positions=50, draft_time=0.060,
+                         target_time=0.170, verify_time=0.008)
+    cal = bare.calibrate(st, plain_time=0.004)
+    assert cal.t_target(1) == pytest.approx(0.004) and cal.t_target(3) == pytest.approx(0.004)
+    assert cal.t_target(5) == pytest.approx(0.008) and min(cal.target_times.values()) > 0
+
+
 def test_calibrate_scales_the_tables_rise_when_the_loop_verifies_cheaper_than_the_shifted_table():
     """The bare table was measured before the run; when the loop ran faster than that table says (this VM's
     speed drifts), a clamped t_overhead = 0 over-priced every step. Instead the rise above T_target(1) is
