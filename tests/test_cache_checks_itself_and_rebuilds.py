@@ -78,10 +78,13 @@ def test_cache_command_lists_checks_and_clears(saved, tmp_path, monkeypatch, cap
     (root / "costs").mkdir()
     (root / "costs" / "abc.json").write_text("{}")
     (root / "notes.txt").write_text("mine")  # not exactspec's
+    for made in ("llamacpp-bin-0.3.36", "llamacpp-src", "engines"):  # the peers' build, the live audits' engines
+        (root / made).mkdir()
     assert main(["cache", "--check"]) == 0
     out = capsys.readouterr().out
     assert str(root) in out and "tiny-model/" in out and "converted model" in out and "[ok]" in out
     assert "costs/" in out and "cost profiles" in out and "notes.txt" in out and "not made by exactspec" in out
+    assert "llama.cpp's programs" in out and "source archive" in out and "live audits' engines" in out
 
     _flip(saved / "model.safetensors", 100)
     assert main(["cache", "--check", "--json"]) == 0
@@ -95,6 +98,7 @@ def test_cache_command_lists_checks_and_clears(saved, tmp_path, monkeypatch, cap
     assert main(["cache", "--clear"]) == 0  # every entry exactspec made; the user's file stays
     out = capsys.readouterr().out
     assert not (root / "tiny-model").exists() and (root / "notes.txt").exists() and "notes.txt" in out
+    assert not any((root / made).exists() for made in ("llamacpp-bin-0.3.36", "llamacpp-src", "engines"))
     assert main(["cache", "--clear", "../x"]) == 2
     assert main(["cache", "--clear", "nothing-here"]) == 2
     err = capsys.readouterr().err

@@ -141,6 +141,12 @@ def _what(path: pathlib.Path, is_dir: bool) -> tuple[str, bool]:
         return "converted model" + (f" (from {source})" if source else ""), True
     if is_dir and path.name == "costs":
         return "measured cost profiles", True
+    if is_dir and re.fullmatch(r"llamacpp-bin-[\w.]+", path.name):  # exactspec.bench.llamacpp_peers
+        return "llama.cpp's programs, built for the benchmarks' peers and the live audits", True
+    if is_dir and path.name == "llamacpp-src":
+        return "llama.cpp's source archive, kept for a rebuild", True
+    if is_dir and path.name == "engines":  # engines/setup.sh (`make audit-live`)
+        return "the live audits' engines (vLLM's CPU build in a venv of its own)", True
     return "not made by exactspec", False
 
 
