@@ -25,8 +25,9 @@ test: install
 	# The llama.cpp backend's tests need llama-cpp-python: pip compiles it once (about 7 minutes on 2 cores)
 	# and reuses the wheel it cached after that.
 	CMAKE_ARGS="-DLLAVA_BUILD=OFF" $(BIN)/pip install -q -e ".[test,llamacpp]"
-	# Two workers (pytest-xdist): the tests run one torch thread each, so one worker left a core idle (15 min
-	# on 2 cores, 2026-12-06; 10 min on two). Tests marked `timed` compare clocks read apart: run alone after.
+	# Two workers (pytest-xdist): the tests run one torch thread each, so one worker left a core idle (on 2
+	# cores: 15 min on one worker, 9.5 on two, 2026-12-07). Tests marked `timed` compare clocks read apart: run
+	# alone after the rest.
 	$(BIN)/python -m pytest -n 2 -m "not timed"
 	$(BIN)/python -m pytest -m timed
 
