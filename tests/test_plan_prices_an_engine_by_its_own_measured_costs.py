@@ -144,6 +144,10 @@ def test_a_gamma_outside_those_measured_is_flagged_with_the_spread_the_fit_carri
     assert enginecosts.speedup_spread(profile, 2) == pytest.approx(at(2, 1, 0))
     assert enginecosts.speedup_spread(profile, 6) == pytest.approx(at(6, -3, 4))
     assert 0.2 < enginecosts.speedup_spread(profile, 6) < 0.22 < enginecosts.speedup_spread(profile, 8)
+    # two servers at each γ (the fit takes several at one γ): the steps' part of the spread falls by √2
+    twice = enginecosts.fit([plain, spec(2, 0.01485), spec(3, 0.01577), spec(2, 0.01485), spec(3, 0.01577)])
+    part = np.sqrt(enginecosts.speedup_spread(profile, 6) ** 2 - s ** 2)
+    assert enginecosts.speedup_spread(twice, 6) == pytest.approx(float(np.hypot(part / np.sqrt(2), s)))
     rows = [{"gamma": g, "expected_tokens": 1 + 0.8 * g, "predicted_speedup": 1.0 + 0.1 * g} for g in range(1, 7)]
     out = enginecosts.annotate({"rows": rows, "predicted_speedup": 1.6, "recommended_gamma": 6, "notes": []}, profile)
     assert [r["extrapolated"] for r in out["rows"]] == [True, False, False, True, True, True]
