@@ -144,8 +144,7 @@ def fit(measured: list[dict]) -> dict:
         raise ValueError("--engine-url: give speculative servers at two draft lengths at least (e.g. γ = 2 and 3): "
                          f"a step is fitted as a + b·γ (got γ {[m['gamma'] for m in spec]})")
     p = plain[0]
-    g = np.array([m["gamma"] for m in spec], float)
-    t = np.array([m["t_step"] for m in spec], float)
+    g, t = _spec_steps(measured)
     b, a = np.polyfit(g, t, 1)
     if b < 0:  # a step never gets cheaper for drafting more: flat, at the steps' mean
         b, a = 0.0, float(t.mean())
@@ -165,13 +164,17 @@ def _curve(g: np.ndarray, r: np.ndarray, line: tuple) -> tuple[float, float, flo
     return (e, b, a) if e > 0 and steps[0] > 0 and (np.diff(steps) >= 0).all() else line
 
 
+def _spec_steps(measured: list[dict]) -> tuple[np.ndarray, np.ndarray]:
+    """``(γ, t_step)`` of the speculative servers measured, in γ's order: what :func:`fit` fits."""
+    spec = sorted((m for m in measured if m["gamma"] is not None), key=lambda m: m["gamma"])
+    return np.array([m["gamma"] for m in spec], float), np.array([m["t_step"] for m in spec], float)
+
+
 def _weights(profile: dict, gamma: int) -> tuple[np.ndarray, np.ndarray]:
     """``(w, t)``: the speculative servers' measured steps `t` and the weights with which the fit prices γ from them,
     ``step_seconds(profile, γ) = Σ w·t`` (least squares is linear in what it fits: the line's, the curve's, or the
     flat mean's weights)."""
-    spec = sorted((m for m in profile["measured"] if m["gamma"] is not None), key=lambda m: m["gamma"])
-    g = np.array([m["gamma"] for m in spec], float)
-    t = np.array([m["t_step"] for m in spec], float)
+    g, t = _spec_steps(profile["measured"])
     if profile.get("e"):
         powers = 3
     elif profile["b"] == 0.0:  # the flat refit: the steps' mean

@@ -49,8 +49,10 @@ def emit(out: dict, as_json: bool, compact: bool = False) -> None:
             table.add_column(col, justify="right")
         for r in out["rows"]:
             s = r["predicted_speedup"]
-            extra = ((f"{r['speedup_spread']:.0%}", "extrapolated" if r["extrapolated"] else "")
-                     if spread and "speedup_spread" in r else ("", "") if spread else ())
+            extra = ()
+            if spread:  # a row without a speedup has no spread either
+                extra = ((f"{r['speedup_spread']:.0%}", "extrapolated" if r["extrapolated"] else "")
+                         if "speedup_spread" in r else ("", ""))
             table.add_row(str(r["gamma"]), f"{r['expected_tokens']:.3f}", "-" if s is None else f"{s:.3f}x", *extra,
                           style="bold green" if r["gamma"] == out["recommended_gamma"] else None)
         console.print(table)
