@@ -161,8 +161,10 @@ def test_a_gamma_outside_those_measured_is_flagged_with_the_spread_the_fit_carri
 
     emit(out | {"batch_size": 1, "by_batch_size": [{"batch_size": 1, "recommended_gamma": 6, "predicted_speedup": 1.6,
                                                     "limit": None}]}, as_json=False)
-    lines = capsys.readouterr().out.splitlines()
+    text = capsys.readouterr().out
+    lines = text.splitlines()
     assert any("±" in line for line in lines)
+    assert "speculate with γ = 6" in " ".join(text.split()) and "time a server at γ = 6" in " ".join(text.split())
     cells = {c[1]: c for c in ([x.strip() for x in line.split("│")] for line in lines) if len(c) > 5}
     assert cells["6"][4:6] == ["21%", "extrapolated"] and cells["3"][4:6] == ["7%", ""]
     # a flat refit (γ = 3 cheaper than γ = 2) prices every γ at the mean: each step weighs 1/2

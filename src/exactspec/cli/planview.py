@@ -56,6 +56,8 @@ def emit(out: dict, as_json: bool, compact: bool = False) -> None:
             table.add_row(str(r["gamma"]), f"{r['expected_tokens']:.3f}", "-" if s is None else f"{s:.3f}x", *extra,
                           style="bold green" if r["gamma"] == out["recommended_gamma"] else None)
         console.print(table)
+    if out.get("recommendation"):  # an engine priced by its own costs: which γ, or "do not speculate" and why
+        console.print(f"[bold]{out['recommendation']}[/]")
     _configs(console, out, compact)
     if not compact:
         _extras(console, out)
