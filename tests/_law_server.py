@@ -133,8 +133,9 @@ class Sampler:
         for k in range(n):
             if k == 1:
                 t0, self.clock["prefill_s"] = time.perf_counter(), time.perf_counter() - t0
-            time.sleep(self.prompt_pass_s(prompt) if k == 0 else self.costs[1])  # a prompt's pass, a plain step
+            start = time.perf_counter()
             z = self.logits(self.target, prompt + out)[0]
+            _pace(start, self.prompt_pass_s(prompt) if k == 0 else self.costs[1])  # a prompt's pass, a plain step
             x = int(torch.multinomial(self.law(z, body, llamacpp, prompt + out), 1, generator=g))
             if self.fault == "greedy-flip" and float(body.get("temperature", 1.0)) == 0 and k == 2:
                 x = int(z.topk(2).indices[1])  # the target's second choice
@@ -148,8 +149,7 @@ class Sampler:
         t0 = time.perf_counter()
         while len(out) < n:  # a speculative step: a + b * gamma, or with V one forward of gamma + 1 tokens besides
             verify = self.forward_s(self.gamma + 1) if len(self.costs) > 4 else 0.0
-            time.sleep(verify + self.costs[2] + self.costs[3] * self.gamma)
-            drafts, qs = [], []
+            start, drafts, qs = time.perf_counter(), [], []
             for _ in range(self.gamma):  # the draft proposes gamma tokens sampled from q
                 q = self.law(self.logits(self.draft, prompt + out + drafts)[0], body, llamacpp, prompt + out + drafts)
                 drafts.append(int(torch.multinomial(q, 1, generator=g)))
@@ -168,6 +168,7 @@ class Sampler:
                 last = self.logits(self.draft, prompt + out + drafts)[0] if self.fault == "bonus-q" else z[-1]
                 law = self.law(last, body, llamacpp, prompt + out + drafts)
                 drafts.append(int(torch.multinomial(law, 1, generator=g)))
+            _pace(start, verify + self.costs[2] + self.costs[3] * self.gamma)
             counters["drafts"].inc()
             counters["draft_tokens"].inc(self.gamma)
             counters["accepted"].inc(accepted)
@@ -177,6 +178,13 @@ class Sampler:
             out += drafts
         self.clock["decode_s"] = time.perf_counter() - t0
         return out[:n]
+
+
+def _pace(start: float, cost: float) -> None:
+    """End a step `cost` seconds after `start`: its forwards run inside the stated cost, not on top of it (a
+    memoised forward takes microseconds, a fresh one milliseconds: a request's first pass over a prompt would be
+    slower than its repeats, and the medians that price a plan would differ from the sums a user waits for)."""
+    time.sleep(max(0.0, start + cost - time.perf_counter()))
 
 
 def serve(args) -> None:
