@@ -153,6 +153,11 @@ def test_a_gamma_outside_those_measured_is_flagged_with_the_spread_the_fit_carri
     assert [r["extrapolated"] for r in out["rows"]] == [True, False, False, True, True, True]
     assert "extrapolated past the γ measured (± 21%)" in out["recommendation"] and "γ = 6" in out["recommendation"]
     assert any("speedup_spread" in n for n in out["notes"])
+    assert any("start two at each" in n for n in out["notes"])  # one server per γ: the hint that narrows it
+    out2 = enginecosts.annotate({"rows": [dict(r) for r in rows], "predicted_speedup": 1.6, "recommended_gamma": 6,
+                                 "notes": []}, twice)
+    assert not any("start two at each" in n for n in out2["notes"])
+    assert out2["rows"][5]["speedup_spread"] < out["rows"][5]["speedup_spread"]
     inside = enginecosts.annotate({"rows": rows, "predicted_speedup": 1.3, "recommended_gamma": 3, "notes": []},
                                   profile)
     assert "extrapolated" not in inside["recommendation"]

@@ -2,7 +2,8 @@
 
     python benchmarks/engines/plan_check.py --engine vllm|llamacpp --prompts FILE --out DIR [--temperature T]
 
-1. Starts the engine plain and speculative at γ = 2 and 3 (--fit) (the stdlib pair; tests/live/_engines.py), and runs
+1. Starts the engine plain and speculative at γ = 2 and 3 (--fit; `--fit 2,2,3,3`: two servers at each) (the stdlib
+   pair; tests/live/_engines.py), and runs
    `exactspec plan --engine E --pair stdlib --engine-url ×3 --engine-profile DIR/profile.json --json` (DIR/plan.json).
 2. Stops the speculative servers, then for γ in 4 and 6 (--check) starts one afresh and times it against the plain server,
    interleaved prompt by prompt over 3 repetitions (a pause before each request: vLLM spins after one); the
@@ -86,7 +87,8 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--concurrency", type=int, default=0,
                     help="also time the servers at this load (plan --engine-load) and check γ = 4 and 6 there")
-    ap.add_argument("--fit", default="2,3", help="the speculative servers' γ the plan is fitted on (default 2,3)")
+    ap.add_argument("--fit", default="2,3", help="the speculative servers' γ the plan is fitted on, a server each "
+                    "(default 2,3; 2,2,3,3: two at each)")
     ap.add_argument("--check", default="4,6", help="the γ started afterwards and checked (default 4,6)")
     ap.add_argument("--rescore", action="store_true", help="recompute a finished run's predictions, no servers")
     args = ap.parse_args()
@@ -103,7 +105,8 @@ def main() -> None:
     with contextlib.ExitStack() as stack:
         plain = stack.enter_context(server(args.engine, out / "plain.log", None))
         with contextlib.ExitStack() as fitted:
-            urls = [fitted.enter_context(server(args.engine, out / f"g{g}.log", g)) for g in fit_g]
+            # --fit may name a γ twice (two servers at it, their process spreads averaged): a log each
+            urls = [fitted.enter_context(server(args.engine, out / f"g{g}_{i}.log", g)) for i, g in enumerate(fit_g)]
             cmd = [sys.executable, "-m", "exactspec", "plan", "--engine", args.engine, "--pair", "stdlib",
                    "--prompts", args.prompts, "--max-new-tokens", str(args.max_new_tokens), "--temperature",
                    str(args.temperature), "--tree-nodes", "0", "--engine-url", plain,

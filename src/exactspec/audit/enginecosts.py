@@ -312,6 +312,9 @@ def annotate(out: dict, profile: dict) -> dict:
                         f"another's by ~{PROCESS_SPREAD:.0%} (r3), and each measured step carries that into the fit; "
                         f"a γ outside those measured ({', '.join(map(str, measured))}) extrapolates it "
                         "(`extrapolated`): time a server at the γ you will run before relying on it")
+    if min(measured.count(g) for g in measured) == 1:
+        out["notes"].append("one server at some γ measured: start two at each (repeat --engine-url) and the steps' "
+                            "part of every spread falls by √2 (docs/engines.md, round r5)")
     out["engine_costs"] = {k: profile.get(k) for k in ("engine", "model", "clock", "t_plain", "a", "b", "e")} | {
         "plain_tokens_per_second": plain,
         "step_seconds": {g: step_seconds(profile, g) for g in range(0, 9)},
