@@ -10,3 +10,5 @@ R=docs/bench/engines/r5
 .venv/bin/python benchmarks/engines/plan_check.py --engine llamacpp --prompts $P --out $R/llamacpp_t0_2x2 --fit 2,2,3,3
 .venv/bin/python benchmarks/engines/plan_check.py --engine llamacpp --prompts $P --out $R/llamacpp_t1_2x2 --fit 2,2,3,3 --temperature 1
 .venv/bin/python benchmarks/engines/plan_check.py --engine vllm --prompts $P --out $R/vllm_t0_c4_2x2 --fit 2,2,3,3 --concurrency 4
+# then, fitted on γ = 2 and 4 instead (two servers each), checked at 3 and 6:
+.venv/bin/python benchmarks/engines/plan_check.py --engine llamacpp --prompts $P --out $R/llamacpp_t1_2x4 --fit 2,2,4,4 --check 3,6 --temperature 1
