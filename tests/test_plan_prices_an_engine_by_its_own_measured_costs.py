@@ -157,6 +157,13 @@ def test_a_gamma_outside_those_measured_is_flagged_with_the_spread_the_fit_carri
     out2 = enginecosts.annotate({"rows": [dict(r) for r in rows], "predicted_speedup": 1.6, "recommended_gamma": 6,
                                  "notes": []}, twice)
     assert not any("start two at each" in n for n in out2["notes"])
+    assert any("weighs their steps -3 and 4 at γ = 6" in n and "weigh them -1 and 2" in n for n in out["notes"])
+    apart = enginecosts.fit([plain, spec(2, 0.01485), spec(4, 0.01731)])
+    out3 = enginecosts.annotate({"rows": [dict(r) for r in rows], "predicted_speedup": 1.6, "recommended_gamma": 6,
+                                 "notes": []}, apart)
+    assert not any("neighbours" in n for n in out3["notes"])
+    w, _ = enginecosts._weights(apart, 6)
+    assert w.tolist() == pytest.approx([-1.0, 2.0])  # what the note promised for servers two apart
     assert out2["rows"][5]["speedup_spread"] < out["rows"][5]["speedup_spread"]
     inside = enginecosts.annotate({"rows": rows, "predicted_speedup": 1.3, "recommended_gamma": 3, "notes": []},
                                   profile)

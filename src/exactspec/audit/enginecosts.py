@@ -315,6 +315,12 @@ def annotate(out: dict, profile: dict) -> dict:
     if min(measured.count(g) for g in measured) == 1:
         out["notes"].append("one server at some γ measured: start two at each (repeat --engine-url) and the steps' "
                             "part of every spread falls by √2 (docs/engines.md, round r5)")
+    top = max((r["gamma"] for r in out.get("rows", [])), default=0)
+    if measured[-1] - measured[0] == 1 and top > measured[-1]:  # a line through γ₀ and γ₀ + k weighs them at G
+        g0 = measured[0]  # (γ₀ + k − G) / k and (G − γ₀) / k: neighbours' weights grow twice as fast as k = 2's
+        out["notes"].append(f"the γ measured are neighbours: a line through them weighs their steps {g0 + 1 - top} "
+                            f"and {top - g0} at γ = {top}; servers at γ = {g0} and {g0 + 2} would weigh them "
+                            f"{(g0 + 2 - top) / 2:g} and {(top - g0) / 2:g} (docs/engines.md, round r5)")
     out["engine_costs"] = {k: profile.get(k) for k in ("engine", "model", "clock", "t_plain", "a", "b", "e")} | {
         "plain_tokens_per_second": plain,
         "step_seconds": {g: step_seconds(profile, g) for g in range(0, 9)},
