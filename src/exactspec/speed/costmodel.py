@@ -245,15 +245,16 @@ class CostModel:
         plain = stats.plain_steps if stats.plain_step_time > 0 and made >= _MIN_PLAIN_STEPS else 0
         spec = calls - plain
         own_plain = stats.plain_step_time / made if plain else None
-        if plain_time is not None and _seconds(plain_time, "plain_time") == 0.0:
+        step = None if plain_time is None else _seconds(plain_time, "plain_time")  # validated once, used below
+        if step == 0.0:
             raise ValueError("plain_time (seconds) must be above 0: no target decodes a token in no time")
-        shift = 0.0 if plain_time is None else plain_time - self.t_target(1)
+        shift = 0.0 if step is None else step - self.t_target(1)
         table = {k: t + shift for k, t in self.target_times.items()}
         if min(table.values()) <= 0:
             # a bare T(1) timed slow beside a wider forward timed fast, by more than plain decoding's whole step
             # (a busy machine: a calibration raised here in the test suite on two workers, 2026-12-07): those
             # widths cost what a plain step does, not nothing
-            table = {k: t if t > 0 else plain_time for k, t in table.items()}
+            table = {k: t if t > 0 else step for k, t in table.items()}
         t1 = self.t_target(1) + shift
         plain_over = None if own_plain is None else max(0.0, own_plain - t1)
         scale, overhead = 1.0, self.t_overhead
