@@ -10,12 +10,14 @@ import pathlib
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from _spec_models import left_padded, noisy_copy, target_greedy, tiny_lm
 from exactspec import CostModel, SpeculativeGenerator
 from exactspec.engine.hfconfig import SamplingSpec
 from exactspec.engine.loopcosts import calibration_run
-from exactspec.engine.policy import AdaptivePolicy, DraftingState
+from exactspec.engine.policy import AdaptivePolicy, DraftingState, prompt_ceiling
 from exactspec.engine.promptprior import PROMPT_WEIGHT, prompt_evidence, prompt_positions
 from exactspec.speed import profiles
 
@@ -395,3 +397,63 @@ def test_a_generators_first_run_keeps_the_gap_its_prompts_evidence_grew():
     assert [s.draft_calls > 0 for s in stats] == [False, True, False]
     assert stats[0].plain_steps == 64 and stats[2].plain_steps == 64
     assert state.probe_gap == 128 and state.since_probe < state.probe_gap
+
+
+# Drafting pays only where the draft is kept ~97 times in 100 or more: 8 positions of the prompt cannot say that
+# (prompt_ceiling(8) = 0.967 / 0.964), 16 could; a draft the target always kept would pay (not hopeless)
+NEAR_HOPELESS = CostModel(t_draft=0.009, target_times={1: 0.010, 2: 0.0125, 16: 0.014})
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1), st.floats(0, 1)), min_size=1, max_size=40))
+def test_no_evidence_of_n_positions_lifts_a_fresh_model_above_the_prompt_ceiling(evidence):
+    conf, accept, after = (list(x) for x in zip(*evidence))
+    after[0] = 0.0  # a row's first position follows none
+    policy = AdaptivePolicy(NEAR_HOPELESS, 8, DraftingState())
+    policy.seed_from_prompt(conf, accept, after)
+    first, later = prompt_ceiling(len(conf))
+    assert policy.model.mean() <= first + 1e-12 and policy.model.continuation() <= later + 1e-12
+
+
+@pytest.mark.parametrize("n", [1, 4, 8, 16])
+def test_the_prompt_ceiling_is_what_the_most_favourable_evidence_gives(n):
+    policy = AdaptivePolicy(NEAR_HOPELESS, 8, DraftingState())
+    policy.seed_from_prompt([0.99] * n, [1.0] * n, [0.0] + [1.0] * (n - 1))
+    assert (policy.model.mean(), policy.model.continuation()) == pytest.approx(prompt_ceiling(n), abs=1e-12)
+
+
+def test_the_prompt_is_read_only_where_what_it_could_say_might_make_the_first_step_draft(monkeypatch):
+    """Where no evidence of its 8 positions could make a length pay, a seeded run does not read the prompt (the
+    draft never fed), grows the gap as reading would have, and emits what a run that reads it emits, step for step;
+    where two rows' 16 could, it reads them."""
+    from exactspec.engine import drafters
+
+    fed, real_open = [], drafters.open_session
+
+    def opening(model, rows, *, target):
+        session = real_open(model, rows, target=target)
+        real = session.forward
+        session.forward = lambda *a, **k: (fed.append(a[0].shape[1]), real(*a, **k))[1]
+        return session
+
+    monkeypatch.setattr(drafters, "open_session", opening)
+    seen = _spy(monkeypatch)
+    target, draft = _models()
+    gen = SpeculativeGenerator(target, draft, cost_model=NEAR_HOPELESS)
+    prompt = torch.tensor([[5, 9, 13, 5, 9, 21, 30, 4, 8, 17, 3, 12, 6, 19, 2, 11, 7, 14, 10, 1, 16]])  # 8 read
+    kw = dict(max_new_tokens=64, do_sample=True, temperature=1.0, top_k=0, eos_token_id=[], gamma="auto", seed=5)
+    out = gen.generate(prompt, **kw)
+    assert seen == [] and fed == [] and out.stats.plain_steps == 64  # not read, and no probe in its grown gap
+    monkeypatch.setattr(AdaptivePolicy, "prompt_could_draft", lambda self, n: True)
+    read = gen.generate(prompt, **kw)
+    assert len(seen) == 1 and len(seen[0][0]) == 8 and fed  # read: the draft fed the prompt
+    assert torch.equal(out.sequences, read.sequences) and out.stats.gamma_history == read.stats.gamma_history
+    monkeypatch.undo()
+    seen = _spy(monkeypatch)
+    gen.generate(prompt.repeat(2, 1), **kw | {"max_new_tokens": 4})  # two rows' 16 positions could: read
+    assert len(seen) == 1 and len(seen[0][0]) == 16
+    state = DraftingState()
+    policy = AdaptivePolicy(NEAR_HOPELESS, 8, state)
+    assert policy.wants_prompt_prior and not policy.prompt_could_draft(8)
+    policy.skip_prompt(8)
+    assert state.probe_gap == 64 and not policy.wants_prompt_prior  # as 8 read positions grow it, asked once

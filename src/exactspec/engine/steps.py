@@ -79,9 +79,13 @@ def prefill(model, drafter, ids: torch.Tensor, mask: torch.Tensor, lazy: bool = 
     if getattr(drafter, "wants_target_features", False):  # a feature draft reads the target's hidden states
         drafter.watch(target)
     plain_drafter = isinstance(drafter, DraftModelDrafter) and type(drafter).start is DraftModelDrafter.start
-    m = 0
+    m, p_len, real = 0, ids.shape[1], mask.bool()
     if plain_drafter and getattr(policy, "wants_prompt_prior", False) and spec.static_only:
         m = prompt_positions(ids.shape[0], ids.shape[1], vocab_size(model))
+        valid = real[:, p_len - 1 - m: p_len - 1] & real[:, p_len - m:]  # [B, m]: slot and its next token
+        if m and not policy.prompt_could_draft(int(valid.sum())):  # nothing it says could pay: not read
+            policy.skip_prompt(int(valid.sum()))
+            m = 0
     caps = decide() if decide is not None and not m else None  # [B]: decided before seeing the prompt
     whole = decide is not None and (m > 0 or not bool(caps.any()))
     last = p_logits = None
@@ -94,8 +98,6 @@ def prefill(model, drafter, ids: torch.Tensor, mask: torch.Tensor, lazy: bool = 
         drafter.start(ids, mask, lazy=True)
         q_logits = drafter.prompt_logits(m) if m else None  # [B, m, V_draft]
         if q_logits is not None:
-            p_len, real = ids.shape[1], mask.bool()
-            valid = real[:, p_len - 1 - m: p_len - 1] & real[:, p_len - m:]  # [B, m]: slot and its next token
             policy.seed_from_prompt(*prompt_evidence(p_logits, q_logits, valid, spec))
         elif not lazy:
             drafter.feed_prompt()
