@@ -146,6 +146,10 @@ class Sampler:
 
     def _speculative(self, prompt, n, body, llamacpp, g, counters) -> list[int]:
         out = self._plain(prompt, 1, body, llamacpp, g)  # the first token from the prompt's pass, as engines do
+        if not llamacpp:  # vLLM drafts the first step's γ tokens in the prompt's step, before the first token's stamp
+            start = time.perf_counter()
+            _pace(start, self.costs[3] * self.gamma)
+            self.clock["prefill_s"] += time.perf_counter() - start
         t0 = time.perf_counter()
         while len(out) < n:  # a speculative step: a + b * gamma, or with V one forward of gamma + 1 tokens besides
             verify = self.forward_s(self.gamma + 1) if len(self.costs) > 4 else 0.0

@@ -129,6 +129,25 @@ def test_three_draft_lengths_see_a_step_that_grows_faster_than_a_line():
     assert enginecosts.step_seconds(three, 0) == pytest.approx(0.0098)
 
 
+@pytest.mark.parametrize("engine", ["vllm", "llamacpp"])
+def test_a_request_pays_its_first_draft_besides_decoding_where_the_engine_drafts_in_the_prompts_step(engine):
+    """vLLM proposes the first step's γ drafts in the prompt's step, before the first token is stamped: a speculative
+    request's rest besides decoding grows with γ (r5: 45.6 and 55.9 ms at γ = 2 and 4), priced by the line through
+    the servers measured; llama.cpp's server drafts inside its decoding's timing, and its rest is their mean. A
+    slope below zero is noise: the mean too."""
+    plain = {"url": "p", "engine": engine, "model": "m", "gamma": None, "max_tokens": 64, "t_prefill": 0.040,
+             "t_token": 0.012}
+    spec = lambda g, rest: {"url": f"g{g}", "engine": engine, "model": "m", "gamma": g,  # noqa: E731
+                            "max_tokens": 64, "t_prefill": rest, "t_step": 0.015 + 0.004 * g}
+    profile = enginecosts.fit([plain, spec(2, 0.0456), spec(2, 0.0456), spec(4, 0.0559)])
+    t = enginecosts.request_seconds(profile, 6, 3.0)
+    want = 0.0456 + 4 * (0.0559 - 0.0456) / 2 if engine == "vllm" else (2 * 0.0456 + 0.0559) / 3
+    assert t["spec_rest_s"] == pytest.approx(want) and t["plain_rest_s"] == 0.040
+    assert t["spec_request_s"] == pytest.approx(want + 63 / 3.0 * enginecosts.step_seconds(profile, 6))
+    falling = enginecosts.fit([plain, spec(2, 0.050), spec(4, 0.046)])
+    assert enginecosts.request_seconds(falling, 6, 3.0)["spec_rest_s"] == pytest.approx(0.048)
+
+
 def test_a_gamma_outside_those_measured_is_flagged_with_the_spread_the_fit_carries_to_it(capsys):
     """Each server process has a speed of its own (~5%, r3). A step priced from γ = 2 and 3 weighs their steps 1 and 0
     at γ = 2, but -3 and 4 at γ = 6: the spread grows five-fold there, and the row and the recommendation say it is

