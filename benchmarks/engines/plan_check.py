@@ -159,7 +159,7 @@ def requests(profile: dict, row: dict, m: dict) -> dict:
 def rescore(out: pathlib.Path) -> list[dict]:
     """The checks of a finished run, its predictions recomputed by the current code from its stored plan and
     profile (the measurements unchanged)."""
-    from exactspec.audit.enginecosts import fit, request_speedup
+    from exactspec.audit.enginecosts import fit, request_seconds
 
     profile = fit(json.loads((out / "profile.json").read_text())["measured"])  # the current fit of those timings
     # (records of EngineProfile/1 hold no forward probes: the line's pricing)
@@ -167,7 +167,10 @@ def rescore(out: pathlib.Path) -> list[dict]:
     checks = json.loads((out / "check.json").read_text())
     for c in checks:
         row = rows[c["gamma"]]
-        c["predicted_speedup"] = request_speedup(profile, c["gamma"], row["expected_tokens"])
+        parts = request_seconds(profile, c["gamma"], row["expected_tokens"])
+        c["predicted_speedup"] = parts["plain_request_s"] / parts["spec_request_s"]
+        if "spec_request_s" in c:  # the whole requests' parts, where the run measured them
+            c.update({f"predicted_{k}": v for k, v in parts.items()})
         c["predicted_t_step"] = step_seconds(profile, c["gamma"])
         c["predicted_decode_speedup"] = row["predicted_speedup"]
     (out / "check.json").write_text(json.dumps(checks, indent=2))
