@@ -17,7 +17,7 @@ from _spec_models import left_padded, noisy_copy, target_greedy, tiny_lm
 from exactspec import CostModel, SpeculativeGenerator
 from exactspec.engine.hfconfig import SamplingSpec
 from exactspec.engine.loopcosts import calibration_run
-from exactspec.engine.policy import AdaptivePolicy, DraftingState, prompt_ceiling
+from exactspec.engine.policy import AcceptanceModel, AdaptivePolicy, DraftingState
 from exactspec.engine.promptprior import PROMPT_WEIGHT, prompt_evidence, prompt_positions
 from exactspec.speed import profiles
 
@@ -400,26 +400,26 @@ def test_a_generators_first_run_keeps_the_gap_its_prompts_evidence_grew():
 
 
 # Drafting pays only where the draft is kept ~97 times in 100 or more: 8 positions of the prompt cannot say that
-# (prompt_ceiling(8) = 0.967 / 0.964), 16 could; a draft the target always kept would pay (not hopeless)
+# (AcceptanceModel.ceiling(8, PROMPT_WEIGHT) = 0.967 / 0.964), 16 could; a draft the target always kept would pay (not hopeless)
 NEAR_HOPELESS = CostModel(t_draft=0.009, target_times={1: 0.010, 2: 0.0125, 16: 0.014})
 
 
 @settings(max_examples=200, deadline=None, derandomize=True)
 @given(st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1), st.floats(0, 1)), min_size=1, max_size=40))
-def test_no_evidence_of_n_positions_lifts_a_fresh_model_above_the_prompt_ceiling(evidence):
+def test_no_evidence_of_n_positions_lifts_a_fresh_model_above_its_ceiling(evidence):
     conf, accept, after = (list(x) for x in zip(*evidence))
     after[0] = 0.0  # a row's first position follows none
     policy = AdaptivePolicy(NEAR_HOPELESS, 8, DraftingState())
     policy.seed_from_prompt(conf, accept, after)
-    first, later = prompt_ceiling(len(conf))
+    first, later = AcceptanceModel.ceiling(len(conf), PROMPT_WEIGHT)
     assert policy.model.mean() <= first + 1e-12 and policy.model.continuation() <= later + 1e-12
 
 
 @pytest.mark.parametrize("n", [1, 4, 8, 16])
-def test_the_prompt_ceiling_is_what_the_most_favourable_evidence_gives(n):
+def test_the_ceiling_is_what_the_most_favourable_evidence_gives(n):
     policy = AdaptivePolicy(NEAR_HOPELESS, 8, DraftingState())
     policy.seed_from_prompt([0.99] * n, [1.0] * n, [0.0] + [1.0] * (n - 1))
-    assert (policy.model.mean(), policy.model.continuation()) == pytest.approx(prompt_ceiling(n), abs=1e-12)
+    assert (policy.model.mean(), policy.model.continuation()) == pytest.approx(AcceptanceModel.ceiling(n, PROMPT_WEIGHT), abs=1e-12)
 
 
 def test_the_prompt_is_read_only_where_what_it_could_say_might_make_the_first_step_draft(monkeypatch):

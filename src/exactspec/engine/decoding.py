@@ -27,7 +27,8 @@ from exactspec.backends.seam import check_same_vocab, is_backend_model, supports
 from exactspec.verification.checks import ArgumentTypeError, check_bool, check_int
 from exactspec.engine.drafters import Draft, DraftModelDrafter, PromptLookupDrafter
 from exactspec.engine.hfconfig import Prefixes, SamplingSpec
-from exactspec.engine.policy import AdaptivePolicy, DraftingState, FixedPolicy, auto_cost
+from exactspec.engine.loopcosts import auto_cost
+from exactspec.engine.policy import AdaptivePolicy, DraftingState, FixedPolicy
 from exactspec.engine.output import GenerationOutput, GenerationStream, StreamStep
 from exactspec.engine.plainstep import PLAIN_RUN, plain_step, tell_drafter
 from exactspec.speed.stats import GenerationStats
@@ -204,7 +205,7 @@ class SpeculativeGenerator:
 
     # ---------------------------------------------------------------------------------- gamma
     def _cost_model(self, batch_size: int, sampled: bool | None = None):
-        """What gamma="auto" prices a run with (exactspec.engine.policy.auto_cost)."""
+        """What gamma="auto" prices a run with (exactspec.engine.loopcosts.auto_cost)."""
         return auto_cost(self, batch_size, sampled)
 
     def _policy(self, gamma, batch_size: int, key: tuple):

@@ -1,6 +1,6 @@
 """What a step of the engine's own loop costs at each draft length, measured once per machine and sampling mode
 for the stored profile ``gamma="auto"`` starts from (:func:`exactspec.speed.profiles.stored_cost_model` with ``loop=``;
-:func:`exactspec.engine.policy.auto_cost`)."""
+the prices of a run, :func:`auto_cost`)."""
 from __future__ import annotations
 
 import statistics
@@ -13,7 +13,7 @@ from exactspec.engine.hfconfig import SamplingConfig, SamplingSpec
 from exactspec.engine.runargs import run_args
 from exactspec.speed.costmodel import CostModel
 
-__all__ = ["loop_priced", "loop_tokens", "calibration_run"]
+__all__ = ["auto_cost", "loop_priced", "loop_tokens", "calibration_run"]
 
 _ROUNDS = 3  # timed rounds over every length, in turn; each length's price is their median
 # The lengths whose steps are timed; 5 and 7 are priced between their neighbours, a longer one on the least-squares
@@ -115,3 +115,24 @@ def calibration_run(gen, input_ids, *, gamma: int, max_new_tokens: int, eos_toke
     for _ in stream:
         pass
     return stream.output
+
+
+def auto_cost(gen, batch_size: int, sampled: bool | None = None):
+    """What ``gamma="auto"`` prices a run of generator `gen` with: its `cost_model` as given, else the pair's
+    profile stored on disk at this batch size (:mod:`exactspec.speed.profiles`), the same for seeded and
+    unseeded runs. A plain draft model's chain (`sampled` given) is priced by the loop's own steps at each length
+    in that sampling mode (:func:`exactspec.engine.loopcosts.loop_priced`): the bare forwards leave out 0.7-1.5 ms
+    of Python a step on llama.cpp beside a 1.5-4 ms forward (docs/llamacpp.md, r6), and drafting priced by them
+    lost."""
+    from exactspec.engine.drafters import DraftModelDrafter
+    from exactspec.speed.profiles import stored_cost_model
+
+    if gen.cost_model is not None:
+        return gen.cost_model
+    draft = gen.draft if gen.draft is not None else gen.target
+    if gen.draft is not None and sampled is not None and type(gen.drafter) is DraftModelDrafter:
+        return stored_cost_model(gen.target, draft, batch_size, loop="sampled" if sampled else "greedy",
+                                 measure=lambda: loop_priced(type(gen)(gen.target, gen.draft),
+                                                             batch_size, sampled=bool(sampled)))
+    cm = stored_cost_model(gen.target, draft, batch_size)
+    return cm.without_draft() if gen.draft is None else cm

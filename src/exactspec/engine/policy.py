@@ -15,7 +15,7 @@ The loop asks a policy per step (see :class:`exactspec.engine.decoding.Speculati
 
 * **a price per draft length**, ``price[k]`` seconds for a step that drafts k tokens (k = 0: plain), from the
   pair's cost profile stored on disk (measured once per machine, batch size and sampling mode as the loop runs;
-  :func:`auto_cost`), as measured, every width timed, and fixed for the run. No clock of the run decides
+  :func:`exactspec.engine.loopcosts.auto_cost`), as measured, every width timed, and fixed for the run. No clock of the run decides
   anything, so a seeded run reproduces in any process.
 * **an acceptance estimate**, :class:`AcceptanceModel`: P(accepted | the draft's confidence bin), decayed
   counts shrunk towards the pooled rate, and the rate of a position reached after an accepted one (acceptance
@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-__all__ = ["FixedPolicy", "AdaptivePolicy", "AcceptanceModel", "DraftingState", "auto_cost", "prompt_ceiling"]
+__all__ = ["FixedPolicy", "AdaptivePolicy", "AcceptanceModel", "DraftingState"]
 
 # Confidence bins over the draft's top probability, finer near 1 where a good draft spends most positions
 # (prompt lookup's keys, PromptLookupDrafter.confidence, fall in the same bins).
@@ -140,6 +140,15 @@ class AcceptanceModel:
 
         return spread(self.pooled, self.observations), spread(self.continuation(), self.later_n)
 
+    @staticmethod
+    def ceiling(n: int, weight: float) -> tuple[float, float]:
+        """``(mean(), continuation())`` at most, of a fresh model given `n` verdicts of `weight` each: every one kept,
+        all in one bin (a bin's rate rises with its count; ``mean()`` weighs the bins seen), each after a kept one
+        (a row's first follows none: n - 1 of them at most)."""
+        w, lw = weight * n, weight * max(n - 1, 0)
+        pooled = (w + PRIOR_WEIGHT * PRIOR) / (w + PRIOR_WEIGHT)
+        return (w + PRIOR_WEIGHT * pooled) / (w + PRIOR_WEIGHT), (lw + PRIOR_WEIGHT * pooled) / (lw + PRIOR_WEIGHT)
+
     def see(self, confidence) -> None:
         for b in self.bins(confidence):
             self.seen[b] += 1.0
@@ -208,12 +217,15 @@ class AdaptivePolicy:
 
     def prompt_could_draft(self, n: int) -> bool:
         """Could `n` positions of the prompt's evidence (:meth:`seed_from_prompt`) make the first step draft? No
-        evidence of `n` positions lifts a fresh model's rates above :func:`prompt_ceiling`'s, and no length pays
+        evidence of `n` positions lifts a fresh model's rates above
+        :meth:`AcceptanceModel.ceiling`'s, and no length pays
         at lower rates if none pays at those. If none does, the first step is plain whatever the evidence says,
         and the gap it grows is the same whatever it says: reading it buys nothing in the run's first gap, and
         costs the draft's pass over the prompt and both models' logits rows (20 ms of a 660-ms SmolLM2 run on
         llama.cpp, 3%, 2026-12-07)."""
-        return self.best_length(*prompt_ceiling(n))[0] > 0
+        from exactspec.engine.promptprior import PROMPT_WEIGHT
+
+        return self.best_length(*AcceptanceModel.ceiling(n, PROMPT_WEIGHT))[0] > 0
 
     def skip_prompt(self, n: int) -> None:
         """The prompt's `n` positions not read (:meth:`prompt_could_draft` says they could not pay): the gap grows
@@ -385,37 +397,3 @@ class AdaptivePolicy:
                 ok.append(j < n)
                 later.append(j > 0)
         self.model.observe(seen, ok, later)
-
-
-def prompt_ceiling(n: int) -> tuple[float, float]:
-    """``(first, later)``: the highest ``mean()`` and ``continuation()`` that `n` positions of the prompt's evidence
-    can give a fresh model: every one kept, all in one bin (a bin's rate rises with its own count, and ``mean()``
-    weighs the bins seen), each after a kept one (a row's first is after none: n - 1 of them at most)."""
-    from exactspec.engine.promptprior import PROMPT_WEIGHT
-
-    w, lw = PROMPT_WEIGHT * n, PROMPT_WEIGHT * max(n - 1, 0)
-    pooled = (w + PRIOR_WEIGHT * PRIOR) / (w + PRIOR_WEIGHT)
-    return (w + PRIOR_WEIGHT * pooled) / (w + PRIOR_WEIGHT), (lw + PRIOR_WEIGHT * pooled) / (lw + PRIOR_WEIGHT)
-
-
-def auto_cost(gen, batch_size: int, sampled: bool | None = None):
-    """What ``gamma="auto"`` prices a run of generator `gen` with: its `cost_model` as given, else the pair's
-    profile stored on disk at this batch size (:mod:`exactspec.speed.profiles`), the same for seeded and
-    unseeded runs. A plain draft model's chain (`sampled` given) is priced by the loop's own steps at each length
-    in that sampling mode (:func:`exactspec.engine.loopcosts.loop_priced`): the bare forwards leave out 0.7-1.5 ms
-    of Python a step on llama.cpp beside a 1.5-4 ms forward (docs/llamacpp.md, r6), and drafting priced by them
-    lost."""
-    from exactspec.engine.drafters import DraftModelDrafter
-    from exactspec.speed.profiles import stored_cost_model
-
-    if gen.cost_model is not None:
-        return gen.cost_model
-    draft = gen.draft if gen.draft is not None else gen.target
-    if gen.draft is not None and sampled is not None and type(gen.drafter) is DraftModelDrafter:
-        from exactspec.engine.loopcosts import loop_priced
-
-        return stored_cost_model(gen.target, draft, batch_size, loop="sampled" if sampled else "greedy",
-                                 measure=lambda: loop_priced(type(gen)(gen.target, gen.draft),
-                                                             batch_size, sampled=bool(sampled)))
-    cm = stored_cost_model(gen.target, draft, batch_size)
-    return cm.without_draft() if gen.draft is None else cm

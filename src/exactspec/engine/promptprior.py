@@ -62,4 +62,3 @@ def prompt_evidence(p_logits: torch.Tensor, q_logits: torch.Tensor, valid: torch
     before[:, 0] = 0.0
     keep = valid.reshape(-1)
     return conf.reshape(-1)[keep].tolist(), accept.reshape(-1)[keep].tolist(), before.reshape(-1)[keep].tolist()
-
