@@ -15,8 +15,8 @@ The loop asks a policy per step (see :class:`exactspec.engine.decoding.Speculati
 
 * **a price per draft length**, ``price[k]`` seconds for a step that drafts k tokens (k = 0: plain), from the
   pair's cost profile stored on disk (measured once per machine, batch size and sampling mode as the loop runs;
-  :func:`exactspec.engine.loopcosts.auto_cost`), as measured, every width timed, and fixed for the run. No clock of the run decides
-  anything, so a seeded run reproduces in any process.
+  :func:`exactspec.engine.loopcosts.auto_cost`), as measured, every width timed, and fixed for the run. No clock
+  of the run decides anything, so a seeded run reproduces in any process.
 * **an acceptance estimate**, :class:`AcceptanceModel`: P(accepted | the draft's confidence bin), decayed
   counts shrunk towards the pooled rate, and the rate of a position reached after an accepted one (acceptance
   comes in streaks). A fresh one starts from the prompt (:mod:`exactspec.engine.promptprior`).
