@@ -8,3 +8,6 @@ cd "$(dirname "$0")/../../../.."
 P=benchmarks/prompts/engines/unseen_engines5.json
 R=docs/bench/engines/r6
 .venv/bin/python benchmarks/engines/plan_check.py --engine vllm --prompts $P --out $R/vllm_t0_c4_2x2 --fit 2,2,3,3 --concurrency 4
+# then llama.cpp's server, greedy and T = 1, the same protocol and set (its rest is unchanged: a check of the run)
+.venv/bin/python benchmarks/engines/plan_check.py --engine llamacpp --prompts $P --out $R/llamacpp_t0_2x2 --fit 2,2,3,3
+.venv/bin/python benchmarks/engines/plan_check.py --engine llamacpp --prompts $P --out $R/llamacpp_t1_2x2 --fit 2,2,3,3 --temperature 1
