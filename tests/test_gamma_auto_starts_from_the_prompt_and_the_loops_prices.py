@@ -457,3 +457,15 @@ def test_the_prompt_is_read_only_where_what_it_could_say_might_make_the_first_st
     assert policy.wants_prompt_prior and not policy.prompt_could_draft(8)
     policy.skip_prompt(8)
     assert state.probe_gap == 64 and not policy.wants_prompt_prior  # as 8 read positions grow it, asked once
+
+
+def test_a_prompt_with_no_valid_evidence_position_is_neither_read_nor_marked_unread():
+    """Left padding may leave the last slots with no (slot, next token) pair both real: nothing to weigh, so the
+    generator's next run may still read its prompt (as before the ceiling existed)."""
+    target, draft = _models()
+    gen = SpeculativeGenerator(target, draft, cost_model=NEAR_HOPELESS)
+    ids, mask = torch.tensor([[0, 5]]), torch.tensor([[0, 1]])  # one slot before the last, and it is padding
+    gen.generate(ids, attention_mask=mask, max_new_tokens=3, do_sample=False, eos_token_id=[], pad_token_id=0,
+                 generator=torch.Generator().manual_seed(0))
+    state = next(iter(gen._drafting.values()))
+    assert not state.prompt_unread and state.probe_gap == 4

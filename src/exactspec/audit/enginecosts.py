@@ -245,7 +245,7 @@ def request_seconds(profile: dict, gamma: int, tokens_per_step: float) -> dict:
     slope, at0 = np.polyfit(g, spec, 1) if profile["engine"] in DRAFT_IN_PREFILL else (0.0, 0.0)
     n = plain["max_tokens"] - 1  # a slope below 0 is noise (a draft costs time): the mean, as elsewhere
     rest = {"plain_rest_s": plain["t_prefill"],
-            "spec_rest_s": float(at0 + slope * gamma) if slope > 0 else float(spec.mean())}
+            "spec_rest_s": max(float(at0 + slope * gamma), 0.0) if slope > 0 else float(spec.mean())}
     return rest | {"plain_request_s": rest["plain_rest_s"] + n * profile["t_plain"],
                    "spec_request_s": rest["spec_rest_s"] + n / tokens_per_step * step_seconds(profile, gamma)}
 

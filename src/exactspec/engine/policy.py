@@ -217,12 +217,12 @@ class AdaptivePolicy:
 
     def prompt_could_draft(self, n: int) -> bool:
         """Could `n` positions of the prompt's evidence (:meth:`seed_from_prompt`) make the first step draft? No
-        evidence of `n` positions lifts a fresh model's rates above
-        :meth:`AcceptanceModel.ceiling`'s, and no length pays
-        at lower rates if none pays at those. If none does, the first step is plain whatever the evidence says,
-        and the gap it grows is the same whatever it says: reading it buys nothing in the run's first gap, and
-        costs the draft's pass over the prompt and both models' logits rows (20 ms of a 660-ms SmolLM2 run on
-        llama.cpp, 3%, 2026-12-07)."""
+        evidence of `n` positions lifts a fresh model's rates above :meth:`AcceptanceModel.ceiling`'s, and no
+        length pays at lower rates if none pays at those. If none does, every step up to the first probe is plain
+        whatever the evidence says, and the gap it grows (to that probe: step 64 for 8 positions) is the same
+        whatever it says; only that probe's length and what follows would read it. Skipped, the run saves the
+        draft's pass over the prompt and both models' logits rows (20 ms of a 660-ms SmolLM2 run on llama.cpp, 3%,
+        2026-12-07)."""
         from exactspec.engine.promptprior import PROMPT_WEIGHT
 
         return self.best_length(*AcceptanceModel.ceiling(n, PROMPT_WEIGHT))[0] > 0

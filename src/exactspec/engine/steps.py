@@ -83,8 +83,9 @@ def prefill(model, drafter, ids: torch.Tensor, mask: torch.Tensor, lazy: bool = 
     if plain_drafter and getattr(policy, "wants_prompt_prior", False) and spec.static_only:
         m = prompt_positions(ids.shape[0], ids.shape[1], vocab_size(model))
         valid = real[:, p_len - 1 - m: p_len - 1] & real[:, p_len - m:]  # [B, m]: slot and its next token
-        if m and not policy.prompt_could_draft(int(valid.sum())):  # nothing it says could pay: not read
-            policy.skip_prompt(int(valid.sum()))
+        n = int(valid.sum())  # (none valid: read as before, nothing counted, asked again next run)
+        if m and n and not policy.prompt_could_draft(n):  # nothing it says could make the first step draft
+            policy.skip_prompt(n)
             m = 0
     caps = decide() if decide is not None and not m else None  # [B]: decided before seeing the prompt
     whole = decide is not None and (m > 0 or not bool(caps.any()))
