@@ -64,7 +64,8 @@ def prefill(model, drafter, ids: torch.Tensor, mask: torch.Tensor, lazy: bool = 
     caps)`: the target's session of :mod:`exactspec.backends.seam` (a SlotCache on transformers' ops for a torch
     model); `first` and `caps` are None unless `decide` (below).
     `lazy`: a draft model's prompt waits for its first proposal (``DraftModelDrafter.start(lazy=True)``),
-    unless `policy` asks for the prompt's evidence (``policy.wants_prompt_prior``, a fresh ``gamma="auto"``):
+    unless `policy` asks for the prompt's evidence (``policy.wants_prompt_prior``, a fresh ``gamma="auto"``) and
+    what it could say might make the first step draft (``policy.prompt_could_draft``; else ``skip_prompt``):
     then both prefills keep their last slots' logits and the policy starts from what they say of the draft
     (:mod:`exactspec.engine.promptprior`; `spec`: the run's SamplingSpec).
 
