@@ -80,9 +80,9 @@ def prefill(model, drafter, ids: torch.Tensor, mask: torch.Tensor, lazy: bool = 
     if getattr(drafter, "wants_target_features", False):  # a feature draft reads the target's hidden states
         drafter.watch(target)
     plain_drafter = isinstance(drafter, DraftModelDrafter) and type(drafter).start is DraftModelDrafter.start
-    m, p_len, real = 0, ids.shape[1], mask.bool()
+    m = 0
     if plain_drafter and getattr(policy, "wants_prompt_prior", False) and spec.static_only:
-        m = prompt_positions(ids.shape[0], ids.shape[1], vocab_size(model))
+        m, p_len, real = prompt_positions(ids.shape[0], ids.shape[1], vocab_size(model)), ids.shape[1], mask.bool()
         valid = real[:, p_len - 1 - m: p_len - 1] & real[:, p_len - m:]  # [B, m]: slot and its next token
         n = int(valid.sum())  # (none valid: read as before, nothing counted, asked again next run)
         if m and n and not policy.prompt_could_draft(n):  # nothing it says could make the first step draft
