@@ -44,22 +44,23 @@ def main() -> None:
     AdaptivePolicy.prompt_could_draft = lambda policy, n: True  # read it even where it could not make a step draft
     rows = []
     for i, text in enumerate(prompts_of(args, args.pair, tok)):
-        ids = torch.tensor([tok.encode(text)])
+        ids, before = torch.tensor([tok.encode(text)]), len(said)
         auto = gen.generate(ids, seed=i, **kw).stats
+        evidence = said[-1] if len(said) > before else None  # None: no position to read (a one-token prompt)
         kept = drafted = first_kept = first = 0
         for s in range(args.seeds):
             st = calibration_run(gen, ids, gamma=2, seed=100 + s, **kw).stats
             kept, drafted = kept + st.accepted_tokens, drafted + st.drafted_tokens
             first_kept, first = first_kept + st.position_accepted[0], first + st.position_drafted[0]
-        rows.append({"prompt": i, "evidence": said[-1], "gamma2_acceptance": kept / drafted,
+        rows.append({"prompt": i, "evidence": evidence, "gamma2_acceptance": kept / drafted,
                      "gamma2_first_position": first_kept / first, "auto_plain_steps": auto.plain_steps,
                      "auto_drafted": auto.drafted_tokens, "auto_kept": auto.accepted_tokens})
-        print(f"prompt {i}: evidence {said[-1]:.2f}, gamma = 2 keeps {kept / drafted:.2f} (first position "
+        print(f"prompt {i}: evidence {evidence if evidence is None else round(evidence, 2)}, gamma = 2 keeps {kept / drafted:.2f} (first position "
               f"{first_kept / first:.2f}); seeded auto: {auto.plain_steps} plain steps, {auto.accepted_tokens} of "
               f"{auto.drafted_tokens} drafted kept", flush=True)
-    bias = [r["evidence"] - r["gamma2_first_position"] for r in rows]
+    bias = [r["evidence"] - r["gamma2_first_position"] for r in rows if r["evidence"] is not None]
     dump({"pair": args.pair, "backend": args.backend, "temperature": args.temperature, "prompts": args.prompts,
-          "rows": rows, "mean_evidence_minus_first_position": statistics.fmean(bias)}, args.out)
+          "rows": rows, "mean_evidence_minus_first_position": statistics.fmean(bias) if bias else None}, args.out)
 
 
 if __name__ == "__main__":
