@@ -55,7 +55,8 @@ def main() -> None:
         rows.append({"prompt": i, "evidence": evidence, "gamma2_acceptance": kept / drafted,
                      "gamma2_first_position": first_kept / first, "auto_plain_steps": auto.plain_steps,
                      "auto_drafted": auto.drafted_tokens, "auto_kept": auto.accepted_tokens})
-        print(f"prompt {i}: evidence {evidence if evidence is None else round(evidence, 2)}, gamma = 2 keeps {kept / drafted:.2f} (first position "
+        said_here = "none" if evidence is None else f"{evidence:.2f}"
+        print(f"prompt {i}: evidence {said_here}, gamma = 2 keeps {kept / drafted:.2f} (first position "
               f"{first_kept / first:.2f}); seeded auto: {auto.plain_steps} plain steps, {auto.accepted_tokens} of "
               f"{auto.drafted_tokens} drafted kept", flush=True)
     bias = [r["evidence"] - r["gamma2_first_position"] for r in rows if r["evidence"] is not None]
