@@ -119,9 +119,9 @@ def test_the_next_draft_call_is_made_only_when_it_is_expected_to_pay():
     # while it learns that the twin is always right, it stops short of the cap of 8 (the last step's cap is
     # what is left, less the bonus token): each such step is one early stop, counted where more() made it.
     # Optimism about positions after an accepted one (thin evidence) makes it reach further sooner: without
-    # it the history was [2, 4, 6, 8, 5]; without the prompt's evidence (exactspec.engine.promptprior: the
-    # prompt's 4 positions, on which the twin agrees) it was [3, 5, 7, 8, 2]
-    assert s.gamma_history == [4, 6, 8, 8] and s.early_stops == 2
+    # it the history was [2, 4, 6, 8, 5]; with the prompt's evidence read before r34 (its 4 positions, on which
+    # the twin agrees) it was [4, 6, 8, 8]
+    assert s.gamma_history == [3, 5, 7, 8, 2] and s.early_stops == 3
 
 
 def _verdict(policy, lengths, accepted, conf=0.9):
@@ -386,15 +386,15 @@ def test_sampled_prompt_lookup_under_auto_with_trimmed_drafts_matches_the_exact_
         assert p > 1e-3, f"prompt {prompt}: chi-square p = {p:.2e}"
 
 
-def test_prices_no_draft_can_beat_make_auto_the_target_alone_with_no_probe_and_no_prompt_read():
+def test_prices_no_draft_can_beat_make_auto_the_target_alone_with_no_probe():
     """price[k] >= (k + 1) price[0] for every k: even a draft the target always keeps loses, so nothing is
-    worth reading or probing; one step cheaper than that and the policy is back to its estimate and probes."""
+    worth probing; one step cheaper than that and the policy is back to its estimate and probes."""
     dear = CostModel(t_draft=0.002, target_times={1: 0.010, 2: 0.019, 16: 0.16})  # price[k] >= (k+1) price[0]
     policy = AdaptivePolicy(dear, 8, DraftingState(_at_rate(0.999), probe_gap=1))
     assert all(policy.price[k] >= (k + 1) * policy.price[0] for k in range(9))
-    assert policy.hopeless and not policy.wants_prompt_prior
+    assert policy.hopeless
     assert all(policy.next_lengths(torch.tensor([50])).tolist() == [0] for _ in range(600))  # no probe, ever
     assert not policy.probing and policy.plain_streak() >= 1 << 20
     cheaper = AdaptivePolicy(CostModel(t_draft=0.002, target_times={1: 0.010, 2: 0.0105, 16: 0.16}), 8,
                              DraftingState(probe_gap=1))
-    assert not cheaper.hopeless and cheaper.wants_prompt_prior
+    assert not cheaper.hopeless

@@ -12,7 +12,7 @@ from _spec_models import left_padded, noisy_copy, target_greedy, tiny_lm
 from exactspec import CostModel, SpeculativeGenerator
 from exactspec.engine import decoding, plainstep
 from exactspec.engine import steps as engine_steps
-from exactspec.engine.policy import AdaptivePolicy, DraftingState
+from exactspec.engine.policy import FIRST_GAP, AdaptivePolicy, DraftingState
 
 # Drafting never pays at these prices (a draft call as dear as a target call, a flat target): plain steps,
 # probes growing 4, 8, 16, ... steps apart
@@ -123,12 +123,12 @@ def test_a_run_that_never_drafts_never_feeds_the_draft(monkeypatch):
     calls = _count_draft_forwards(monkeypatch)
     out = gen.generate(*left_padded(PROMPTS), max_new_tokens=3, do_sample=False, eos_token_id=[], pad_token_id=0)
     assert out.stats.plain_steps == out.stats.target_calls == 3 and out.stats.draft_calls == 0
-    assert calls == [4]  # a fresh gamma="auto" reads the prompt's evidence (exactspec.engine.promptprior) ...
-    calls.clear()
-    next(iter(gen._drafting.values())).since_probe = 0  # (the next re-probe is 4 plain steps away again)
+    assert calls == []  # a fresh gamma="auto" that steps plainly does not feed the draft even the prompt ...
+    state = next(iter(gen._drafting.values()))
+    state.since_probe, state.probe_gap = 0, 4  # (a learnt one: its next re-probe 4 plain steps away)
     out = gen.generate(*left_padded(PROMPTS), max_new_tokens=3, do_sample=False, eos_token_id=[], pad_token_id=0)
     assert out.stats.plain_steps == out.stats.target_calls == 3 and out.stats.draft_calls == 0
-    assert calls == []  # ... a learnt one, which never drafts, does not feed the draft even the prompt
+    assert calls == []  # ... nor does a learnt one
     hopeless = SpeculativeGenerator(target, useless, max_gamma=4,
                                     cost_model=CostModel(t_draft=1.0, target_times={1: 0.010, 16: 0.010}))
     hopeless.generate(*left_padded(PROMPTS), max_new_tokens=3, do_sample=False, eos_token_id=[], pad_token_id=0)
@@ -164,6 +164,7 @@ def test_a_feature_draft_which_reads_the_last_forwards_features_gets_no_streaks(
     ids, mask = left_padded([[3, 1, 4, 1, 5], [2, 7]])
     kw = dict(max_new_tokens=40, gamma="auto", do_sample=False, eos_token_id=[], pad_token_id=0)
     logs = []
+    monkeypatch.setattr(decoding, "DraftingState", lambda: DraftingState(probe_gap=FIRST_GAP))  # probes in 40 tokens
     for run in (8, 1):
         monkeypatch.setattr(decoding, "PLAIN_RUN", run)
         log: list = []

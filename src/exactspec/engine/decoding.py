@@ -241,11 +241,10 @@ class SpeculativeGenerator:
         drafter = copy.copy(self.drafter)
         caps = first = None
         if max_new > 0:
-            # The first step decided in the prefill (after the prompt's evidence, if any): a plain one rides it
+            # The first step decided in the prefill: a plain one rides it
             decide = None if getattr(drafter, "wants_target_features", False) else \
                 (lambda: policy.next_lengths(max_new - n_gen - 1))  # [B]
-            target, pending, first, caps = prefill(self.target, drafter, ids, mask, lazy=True, policy=policy,
-                                                   spec=spec, decide=decide)
+            target, pending, first, caps = prefill(self.target, drafter, ids, mask, lazy=True, decide=decide)
             stats.prefill_time = time.perf_counter() - t_start
             stats.prefill_steps = int(first is not None)
         while active.numel():

@@ -102,20 +102,11 @@ class DraftModelDrafter:
         if self._unfed is None:
             return 0.0
         t0 = time.perf_counter()
-        device = self._unfed[0].device
-        self.prompt_logits(1)
-        sync(device)
-        return time.perf_counter() - t0
-
-    def prompt_logits(self, keep: int) -> torch.Tensor | None:
-        """Feed the prompt :meth:`start` deferred, keeping the logits of its last `keep` slots `[B, keep, V]`
-        (:mod:`exactspec.engine.promptprior`); None when nothing was deferred (the prompt was one token, or it
-        was fed already)."""
-        if self._unfed is None:
-            return None
         ids, mask = self._unfed
         self._unfed = None
-        return self.state.forward(ids, mask, logits_to_keep=keep)
+        self.state.forward(ids, mask, logits_to_keep=1)
+        sync(ids.device)
+        return time.perf_counter() - t0
 
     def propose(self, caps: torch.Tensor, spec: SamplingSpec, policy=None) -> Draft:
         """Up to `caps [B]` tokens per row; `policy.include` may stop the step before any position."""

@@ -1,6 +1,6 @@
-"""What a step of the engine's own loop costs at each draft length, measured once per machine and sampling mode
-for the stored profile ``gamma="auto"`` starts from (:func:`exactspec.speed.profiles.stored_cost_model` with ``loop=``;
-the prices of a run, :func:`auto_cost`)."""
+"""What a step of the engine's own loop costs at each draft length, and how often the pair's drafts are kept there,
+measured once per machine and sampling mode for the stored profile ``gamma="auto"`` starts from
+(:func:`exactspec.speed.profiles.stored_cost_model` with ``loop=``; the prices of a run, :func:`auto_cost`)."""
 from __future__ import annotations
 
 import statistics
@@ -13,7 +13,7 @@ from exactspec.engine.hfconfig import SamplingConfig, SamplingSpec
 from exactspec.engine.runargs import run_args
 from exactspec.speed.costmodel import CostModel
 
-__all__ = ["auto_cost", "loop_priced", "loop_tokens", "calibration_run"]
+__all__ = ["auto_cost", "loop_acceptance", "loop_priced", "loop_tokens", "calibration_run"]
 
 _ROUNDS = 3  # timed rounds over every length, in turn; each length's price is their median
 # The lengths whose steps are timed; 5 and 7 are priced between their neighbours, a longer one on the least-squares
@@ -26,6 +26,12 @@ LOOP_GAMMAS = (0, 1, 2, 3, 4, 6, 8)
 # first gamma="auto" call of a test price its batch size for 58 s on a pair of tiny models; a step at a large batch
 # is mostly arithmetic, so few steps time it.
 ROW_TOKENS = 256
+# The pair's acceptance (loop_acceptance): seeded runs at a fixed gamma from random prompts of a few tokens, so that
+# most of what is verified is the models' own text. On the stdlib pair (llama.cpp, 2026-12-07) 8 runs of 64 tokens
+# at gamma = 4 from 4-token prompts counted (first position, continuation) 0.69, 0.78 greedy and 0.71, 0.76 at T = 1,
+# where 8 unseen code prompts then gave 0.73, 0.75 and 0.66, 0.68; from 32-token prompts, 32 tokens: 0.67 and 0.56
+# first. The prompts' own evidence (8 positions read before r34) was off by +0.05 at T = 1 and -0.08 greedy (r33).
+ACCEPT_RUNS, ACCEPT_PROMPT, ACCEPT_TOKENS, ACCEPT_GAMMA = 8, 4, 64, 4
 
 
 def loop_priced(gen, batch_size: int = 1, *, sampled: bool = False, new_tokens: int | None = None):
@@ -75,7 +81,27 @@ def loop_priced(gen, batch_size: int = 1, *, sampled: bool = False, new_tokens: 
     table = {g + 1: max(p - g * t_draft, 1e-9) for g, p in price.items()}
     return CostModel(t_draft, table, {"loop": "sampled" if sampled else "greedy", "loop_tokens": new_tokens,
                                       "loop_plain_step": price[0], "loop_step": timed,
-                                      "repeats": _ROUNDS, "batch_size": batch_size}, 0.0, 0.0, 0.0)
+                                      "repeats": _ROUNDS, "batch_size": batch_size,
+                                      "acceptance": loop_acceptance(gen, sampled=sampled)}, 0.0, 0.0, 0.0)
+
+
+def loop_acceptance(gen, *, sampled: bool = False) -> dict:
+    """How often the pair's drafts are kept, what a fresh ``gamma="auto"`` believes before its first verdict
+    (:class:`exactspec.engine.policy.AcceptanceModel`): ``first``, the rate of a step's first drafted position, and
+    ``later``, of a position reached after an accepted one, counted on ACCEPT_RUNS seeded runs at a fixed gamma,
+    each from a random prompt of ACCEPT_PROMPT tokens, in the profile's sampling mode (its law, never the user's:
+    see :func:`calibration_run`). Nothing is timed: a function of the models, so seeded runs still reproduce.
+    ``verdicts``: the first positions counted."""
+    kw = dict(do_sample=True, temperature=1.0, top_k=0, top_p=1.0) if sampled else dict(do_sample=False)
+    first = first_n = later = later_n = 0
+    for r in range(ACCEPT_RUNS):
+        ids = torch.randint(0, vocab_size(gen.target), (1, ACCEPT_PROMPT), generator=torch.Generator().manual_seed(r))
+        s = calibration_run(gen, ids, gamma=ACCEPT_GAMMA, max_new_tokens=ACCEPT_TOKENS, eos_token_id=[], seed=r,
+                            **kw).stats
+        kept, reached = s.position_accepted, s.position_drafted  # [gamma]: steps keeping / reaching position i + 1
+        first, first_n = first + kept[0], first_n + reached[0]
+        later, later_n = later + sum(kept[1:]), later_n + sum(reached[1:])
+    return {"first": first / max(first_n, 1), "later": later / max(later_n, 1), "verdicts": first_n}
 
 
 def loop_tokens(batch_size: int) -> int:

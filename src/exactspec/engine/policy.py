@@ -19,7 +19,9 @@ The loop asks a policy per step (see :class:`exactspec.engine.decoding.Speculati
   of the run decides anything, so a seeded run reproduces in any process.
 * **an acceptance estimate**, :class:`AcceptanceModel`: P(accepted | the draft's confidence bin), decayed
   counts shrunk towards the pooled rate, and the rate of a position reached after an accepted one (acceptance
-  comes in streaks). A fresh one starts from the prompt (:mod:`exactspec.engine.promptprior`).
+  comes in streaks). A fresh one starts from the pair's rates counted where its prices were measured (the
+  profile's ``acceptance``, :func:`exactspec.engine.loopcosts.loop_acceptance`): a function of the models alone.
+  Until a run has verdicts of its own, a length drafts only where it pays at rates PRIOR_SPREAD below those.
 * **one exploration rule**: when no length pays, plain steps; after ``gap`` of them a probe of the length that
   would pay at rates one standard error above the estimates; ``gap`` doubles from FIRST_GAP to MAX_GAP after
   each probe and falls back to FIRST_GAP once drafting pays. The same standard error lifts the rate of
@@ -42,16 +44,27 @@ __all__ = ["FixedPolicy", "AdaptivePolicy", "AcceptanceModel", "DraftingState"]
 # Confidence bins over the draft's top probability, finer near 1 where a good draft spends most positions
 # (prompt lookup's keys, PromptLookupDrafter.confidence, fall in the same bins).
 EDGES = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.98, 0.995)
-PRIOR, PRIOR_WEIGHT = 0.7, 2.0  # a fresh model's belief, and its weight in pseudo-verdicts per bin
+# A fresh model's belief where its prices came with none (a cost_model= given), and a belief's weight in
+# pseudo-verdicts per bin
+PRIOR, PRIOR_WEIGHT = 0.7, 2.0
 DECAY = 0.995  # per verified step: old text fades (a new prompt, code after prose) over ~200 steps
 OPTIMISM = 1.0  # standard errors a probe adds to the rates: a pair unlucky in its first verdicts still probes
 FIRST_GAP, MAX_GAP = 4, 256  # plain steps before a probe: doubling, 6 probes then one per 256 steps at most
+# A fresh model's first gap: its prior stands in for the probes of gaps 4 ... 32. Re-probing at steps 4, 12, 28
+# and 60 of every seeded run where drafting lost ran 0.87x our loop, 0.97x with the first probe at 64 (llama.cpp,
+# unseen9, 2026-12-04)
+FRESH_GAP = 64
+# How far the pair's measured rates (the profile's acceptance) lie from a new text's: on the stdlib pair they counted
+# first positions at 0.69 greedy and 0.71 at T = 1, where unseen code then kept 0.73 and 0.66 (unseen_code22, 8 prompts,
+# gamma = 4); on llama.cpp at T = 1 that 0.05 made gamma = 4 pay by 1% at the prior and lose 10% as run (r34). Until a
+# run has verdicts of its own, a length drafts only where it pays at rates this much lower
+PRIOR_SPREAD = 0.05
 
 
 class FixedPolicy:
     """Every row drafts ``min(gamma, left)`` tokens; never stops early. ``gamma = 0``: plain steps only."""
 
-    wants_confidence, wants_prompt_prior, early_stops = False, False, 0
+    wants_confidence, early_stops = False, 0
 
     def __init__(self, gamma: int):
         self.gamma = gamma
@@ -94,6 +107,8 @@ class AcceptanceModel:
     seen: list = field(default_factory=lambda: [0.0] * len(EDGES))
     later_n: float = 0.0
     later_a: float = 0.0
+    prior: float = PRIOR  # the rate before any verdict (a first position's)
+    prior_later: float | None = None  # a position after an accepted one's before any verdict (None: the pooled)
 
     @staticmethod
     def bins(confidence) -> list[int]:
@@ -105,7 +120,7 @@ class AcceptanceModel:
 
     @property
     def pooled(self) -> float:
-        return (sum(self.a) + PRIOR_WEIGHT * PRIOR) / (sum(self.n) + PRIOR_WEIGHT)
+        return (sum(self.a) + PRIOR_WEIGHT * self.prior) / (sum(self.n) + PRIOR_WEIGHT)
 
     def rates(self) -> list[float]:
         pooled = self.pooled
@@ -128,7 +143,12 @@ class AcceptanceModel:
         """A position reached after an accepted one, shrunk towards the pooled rate. Higher than the pooled
         rate, which the first position pulls down: pricing later positions at it stopped steps too early
         (held-out greedy: 55 of 114 steps stopped at 2 where gamma = 4 ran 8% faster)."""
-        return (self.later_a + PRIOR_WEIGHT * self.pooled) / (self.later_n + PRIOR_WEIGHT)
+        base = self.pooled if self.prior_later is None else self.prior_later
+        return (self.later_a + PRIOR_WEIGHT * base) / (self.later_n + PRIOR_WEIGHT)
+
+    def doubt(self) -> float:
+        """What is left of PRIOR_SPREAD in the rates: a measured prior's, shrinking as the run's own verdicts come."""
+        return 0.0 if self.prior_later is None else PRIOR_SPREAD * PRIOR_WEIGHT / (self.observations + PRIOR_WEIGHT)
 
     def uncertainty(self, z: float | None = None) -> tuple[float, float]:
         """`z` (default OPTIMISM) standard errors, a Beta posterior's spread, of the pooled rate and of the
@@ -139,15 +159,6 @@ class AcceptanceModel:
             return z * math.sqrt(p * (1.0 - p) / (n + PRIOR_WEIGHT + 1.0))
 
         return spread(self.pooled, self.observations), spread(self.continuation(), self.later_n)
-
-    @staticmethod
-    def ceiling(n: int, weight: float) -> tuple[float, float]:
-        """``(mean(), continuation())`` at most, of a fresh model given `n` verdicts of `weight` each: every one kept,
-        all in one bin (a bin's rate rises with its count; ``mean()`` weighs the bins seen), each after a kept one
-        (a row's first follows none: n - 1 of them at most)."""
-        w, lw = weight * n, weight * max(n - 1, 0)
-        pooled = (w + PRIOR_WEIGHT * PRIOR) / (w + PRIOR_WEIGHT)
-        return (w + PRIOR_WEIGHT * pooled) / (w + PRIOR_WEIGHT), (lw + PRIOR_WEIGHT * pooled) / (lw + PRIOR_WEIGHT)
 
     def see(self, confidence) -> None:
         for b in self.bins(confidence):
@@ -161,15 +172,13 @@ class AcceptanceModel:
         accepted = _floats(accepted)
         self.count(confidence, accepted, [False] * len(accepted) if later is None else later)
 
-    def count(self, confidence, accepted, later, weight: float = 1.0, seen: bool = False) -> None:
-        """Add verdicts undecayed, `weight` each: `accepted` and `later` bools or chances in [0, 1]; `seen`:
-        count them as occurrences too. The prompt's expected verdicts come in here."""
+    def count(self, confidence, accepted, later) -> None:
+        """Add verdicts undecayed: `accepted` and `later` bools."""
         for b, ok, lat in zip(self.bins(confidence), _floats(accepted), later):
-            self.n[b] += weight
-            self.a[b] += weight * float(ok)
-            self.seen[b] += weight if seen else 0.0
-            self.later_n += weight * float(lat)
-            self.later_a += weight * float(lat) * float(ok)
+            self.n[b] += 1.0
+            self.a[b] += float(ok)
+            self.later_n += float(lat)
+            self.later_a += float(lat) * float(ok)
 
 
 @dataclass
@@ -177,9 +186,8 @@ class DraftingState:
     """What gamma="auto" carries from a run to the next of one generator: the model and the probing state."""
 
     model: AcceptanceModel = field(default_factory=AcceptanceModel)
-    probe_gap: int = FIRST_GAP
+    probe_gap: int = FRESH_GAP
     since_probe: int = 0
-    prompt_unread: bool = False  # the prompt's evidence was passed over (AdaptivePolicy.skip_prompt): not asked again
 
 
 class AdaptivePolicy:
@@ -199,54 +207,16 @@ class AdaptivePolicy:
         self.max_gamma, self.free_draft, self.row_stops = max_gamma, free_draft, row_stops
         self.state = state if state is not None else DraftingState()
         self.model = self.state.model
+        rates = cm.metadata.get("acceptance") if not free_draft else None
+        if rates and self.model.observations == 0:  # a fresh model believes the pair's measured rates
+            self.model.prior, self.model.prior_later = float(rates["first"]), float(rates["later"])
         self.t_draft = cm.t_draft
         self.price = [cm.step_time(k) for k in range(max_gamma + 1)]  # [K+1] seconds of a k-draft step
         self.rate = 1.0 / self.price[0]
-        # No draft can pay at these prices, not even one the target always keeps: the target alone, with no
-        # prompt read and no probe (a seeded run reading the prompt's evidence for nothing ran 0.94x our
-        # target-alone loop on llama.cpp, smollm2, unseen_chat4, 2026-12-05)
+        # No draft can pay at these prices, not even one the target always keeps: the target alone, no probe
         self.hopeless = self.best_length(1.0, 1.0)[0] == 0
         self.probing, self._plain, self.early_stops = False, False, 0
         self._p = self._alive = self._w = None  # this step, per row: P(all so far accepted), drafting, weight
-
-    @property
-    def wants_prompt_prior(self) -> bool:
-        """A model drafter's fresh model: the prefill may hand it the prompt's evidence."""
-        return (not self.free_draft and not self.hopeless and self.model.observations == 0
-                and not self.state.prompt_unread)
-
-    def prompt_could_draft(self, n: int) -> bool:
-        """Could `n` positions of the prompt's evidence (:meth:`seed_from_prompt`) make the first step draft? No
-        evidence of `n` positions lifts a fresh model's rates above :meth:`AcceptanceModel.ceiling`'s, and no
-        length pays at lower rates if none pays at those. If none does, every step up to the first probe is plain
-        whatever the evidence says, and the gap it grows (to that probe: step 64 for 8 positions) is the same
-        whatever it says; only that probe's length and what follows would read it. Skipped, the run saves the
-        draft's pass over the prompt and both models' logits rows (20 ms of a 660-ms SmolLM2 run on llama.cpp, 3%,
-        2026-12-07)."""
-        from exactspec.engine.promptprior import PROMPT_WEIGHT
-
-        return self.best_length(*AcceptanceModel.ceiling(n, PROMPT_WEIGHT))[0] > 0
-
-    def skip_prompt(self, n: int) -> None:
-        """The prompt's `n` positions not read (:meth:`prompt_could_draft` says they could not pay): the gap grows
-        as their reading would have grown it, and the model stays at its prior."""
-        self.state.prompt_unread = True
-        self._grow_gap(n)
-
-    def _grow_gap(self, n: int) -> None:
-        from exactspec.engine.promptprior import PROMPT_WEIGHT
-
-        self.state.probe_gap = min(MAX_GAP, self.state.probe_gap << min(int(n * PROMPT_WEIGHT), 32))
-
-    def seed_from_prompt(self, confidence: list, accept: list, after: list) -> None:
-        """The prompt's expected verdicts (:func:`exactspec.engine.promptprior.prompt_evidence`). They stand in
-        for probes too: the gap grows as if each pseudo-verdict had been one. A fresh gap re-probed at steps 4,
-        12, 28 and 60 of every seeded run where the prompt had said drafting loses (llama.cpp, unseen9: 0.87x
-        our loop seeded, 0.97x with the gap grown, 2026-12-04)."""
-        from exactspec.engine.promptprior import PROMPT_WEIGHT
-
-        self.model.count(confidence, accept, after, weight=PROMPT_WEIGHT, seen=True)
-        self._grow_gap(len(confidence))
 
     def best_length(self, first: float, later: float) -> tuple[int, float]:
         """(K, tokens per second) of the best fixed length: `first` the first position's rate, `later` the
@@ -268,6 +238,8 @@ class AdaptivePolicy:
         # a model-free drafter looks for free and trims by its match: worth its best kind of match
         self._first, self._later = (m.best() if self.free_draft else m.mean()), m.continuation()
         k, self.rate = self.best_length(self._first, self._later)
+        if k and (d := m.doubt()) and not self.best_length(self._first - d, self._later - d)[0]:
+            k = 0  # it pays at the pair's measured rates, not at what a new text may keep (PRIOR_SPREAD)
         u1, u2 = m.uncertainty()
         # Optimism: a position after an accepted one is measured only when reached, so its rate is valued one
         # standard error up in every stop (one early rejection there kept later steps at one token for good)

@@ -5,9 +5,8 @@ from __future__ import annotations
 import torch
 
 from exactspec.backends.cache import sync as _sync
-from exactspec.backends.seam import open_session, vocab_size
+from exactspec.backends.seam import open_session
 from exactspec.engine.drafters import DraftModelDrafter
-from exactspec.engine.promptprior import prompt_evidence, prompt_positions
 
 __all__ = ["emit", "emitted_counts", "prefill"]
 
@@ -57,60 +56,30 @@ def emitted_counts(counts: list[int], n: list[int], drafted: list[int]) -> tuple
             [min(c, a) for c, a in zip(counts, n)])
 
 
-def prefill(model, drafter, ids: torch.Tensor, mask: torch.Tensor, lazy: bool = False, policy=None, spec=None,
-            decide=None):
+def prefill(model, drafter, ids: torch.Tensor, mask: torch.Tensor, lazy: bool = False, decide=None):
     """Both caches take the prompt `[B, P]` minus its last token, which stays pending (the first
     verification feeds it, so every target call produces >= 1 token). Returns `(session, pending [B], first,
     caps)`: the target's session of :mod:`exactspec.backends.seam` (a SlotCache on transformers' ops for a torch
     model); `first` and `caps` are None unless `decide` (below).
-    `lazy`: a draft model's prompt waits for its first proposal (``DraftModelDrafter.start(lazy=True)``),
-    unless `policy` asks for the prompt's evidence (``policy.wants_prompt_prior``, a fresh ``gamma="auto"``) and
-    what it could say might make the first step draft (``policy.prompt_could_draft``; else ``skip_prompt``):
-    then both prefills keep their last slots' logits and the policy starts from what they say of the draft
-    (:mod:`exactspec.engine.promptprior`; `spec`: the run's SamplingSpec).
+    `lazy`: a draft model's prompt waits for its first proposal (``DraftModelDrafter.start(lazy=True)``).
 
     `decide`: a callable returning the first step's caps `[B]` (the policy's ``next_lengths``), asked once,
-    after the prompt's evidence when there is some. When they are all 0 the first step is plain, and the target
-    takes the whole prompt: the logits of its last slot are that step's, `first [B, 1, V]` (one forward fewer
-    than feeding the pending token alone: a whole llama.cpp decode of one token, ~1.5% of a 64-token run), and
-    the pending token is already in the target's cache (still pending for the draft). With the evidence, the
-    target takes the whole prompt before the decision, betting on a plain step, and gives the last slot back
-    (the session's ``keep``) if the policy drafts: its evidence slots are the same either way."""
+    before anything is read. When they are all 0 the first step is plain, and the target takes the whole prompt:
+    the logits of its last slot are that step's, `first [B, 1, V]` (one forward fewer than feeding the pending
+    token alone: a whole llama.cpp decode of one token, ~1.5% of a 64-token run), and the pending token is
+    already in the target's cache (still pending for the draft)."""
     target = open_session(model, ids.shape[0], target=True)
     if getattr(drafter, "wants_target_features", False):  # a feature draft reads the target's hidden states
         drafter.watch(target)
-    plain_drafter = isinstance(drafter, DraftModelDrafter) and type(drafter).start is DraftModelDrafter.start
-    m = 0
-    if plain_drafter and getattr(policy, "wants_prompt_prior", False) and spec.static_only:
-        m, p_len, real = prompt_positions(ids.shape[0], ids.shape[1], vocab_size(model)), ids.shape[1], mask.bool()
-        valid = real[:, p_len - 1 - m: p_len - 1] & real[:, p_len - m:]  # [B, m]: slot and its next token
-        n = int(valid.sum())  # (none valid: read as before, nothing counted, asked again next run)
-        if m and n and not policy.prompt_could_draft(n):  # nothing it says could make the first step draft
-            policy.skip_prompt(n)
-            m = 0
-    caps = decide() if decide is not None and not m else None  # [B]: decided before seeing the prompt
-    whole = decide is not None and (m > 0 or not bool(caps.any()))
-    last = p_logits = None
-    if whole:  # the whole prompt: slots P-1-m .. P-2 hold the evidence, slot P-1 the first plain step's law
-        logits = target.forward(ids, mask.bool(), logits_to_keep=m + 1)  # [B, m + 1, V]
-        p_logits, last = logits[:, :m], logits[:, m:]
+    caps = decide() if decide is not None else None  # [B]
+    first = None
+    if caps is not None and not bool(caps.any()):  # a plain first step: the whole prompt, its last slot that step's
+        first = target.forward(ids, mask.bool(), logits_to_keep=1)  # [B, 1, V]
     elif ids.shape[1] > 1:
-        p_logits = target.forward(ids[:, :-1], mask[:, :-1].bool(), logits_to_keep=max(m, 1))  # [B, m or 1, V]
-    if plain_drafter:
-        drafter.start(ids, mask, lazy=True)
-        q_logits = drafter.prompt_logits(m) if m else None  # [B, m, V_draft]
-        if q_logits is not None:
-            policy.seed_from_prompt(*prompt_evidence(p_logits, q_logits, valid, spec))
-        elif not lazy:
-            drafter.feed_prompt()
+        target.forward(ids[:, :-1], mask[:, :-1].bool(), logits_to_keep=1)
+    if isinstance(drafter, DraftModelDrafter) and type(drafter).start is DraftModelDrafter.start:
+        drafter.start(ids, mask, lazy=lazy)
     else:
         drafter.start(ids, mask)
-    if caps is None and decide is not None:
-        caps = decide()
-    first = None
-    if whole and bool(caps.any()):  # the policy drafts: the pending token leaves the target's cache again
-        target.keep(target.length - 1, torch.zeros(ids.shape[0], dtype=torch.long, device=ids.device))
-    elif whole:
-        first = last
     _sync(ids.device)
     return target, ids[:, -1], first, caps
