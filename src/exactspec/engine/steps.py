@@ -73,7 +73,7 @@ def prefill(model, drafter, ids: torch.Tensor, mask: torch.Tensor, lazy: bool = 
         drafter.watch(target)
     caps = decide() if decide is not None else None  # [B]
     first = None
-    if caps is not None and not bool(caps.any()):  # a plain first step: the whole prompt, its last slot that step's
+    if caps is not None and not bool(caps.any()):  # a plain first step: the whole prompt; its last slot, its law
         first = target.forward(ids, mask.bool(), logits_to_keep=1)  # [B, 1, V]
     elif ids.shape[1] > 1:
         target.forward(ids[:, :-1], mask[:, :-1].bool(), logits_to_keep=1)
