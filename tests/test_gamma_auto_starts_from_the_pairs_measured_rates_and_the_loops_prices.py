@@ -340,3 +340,14 @@ def test_a_fresh_model_drafts_only_where_a_length_pays_below_its_measured_rates_
     learnt.model.observe([0.9] * 18, [True] * 18, [False] + [True] * 17)
     assert learnt.model.doubt() < PRIOR_SPREAD / 9
     assert AdaptivePolicy(cost, 4, learnt).next_lengths(torch.tensor([50])).tolist() == [4]
+
+
+@pytest.mark.parametrize("target_pos, draft_pos", [(64, 64), (64, 40)])
+def test_the_pairs_rates_are_counted_within_the_shorter_models_context(target_pos, draft_pos):
+    """ACCEPT_PROMPT + ACCEPT_TOKENS positions would pass a 64-position model's context: the runs are cut to fit,
+    so counting the rates never fails the user's first gamma="auto" call."""
+    target = tiny_lm("llama", seed=0, max_pos=target_pos)
+    draft = noisy_copy(tiny_lm("llama", seed=0, max_pos=draft_pos), 0.05, seed=3)
+    assert loopcosts.ACCEPT_PROMPT + loopcosts.ACCEPT_TOKENS > min(target_pos, draft_pos)
+    rates = loop_acceptance(SpeculativeGenerator(target, draft), sampled=True)
+    assert rates["verdicts"] >= loopcosts.ACCEPT_RUNS and 0 < rates["first"] <= 1

@@ -7,6 +7,7 @@ import statistics
 
 import torch
 
+from exactspec.backends.cache import max_positions
 from exactspec.backends.seam import vocab_size
 from exactspec.engine.output import GenerationOutput, GenerationStream
 from exactspec.engine.hfconfig import SamplingConfig, SamplingSpec
@@ -91,13 +92,15 @@ def loop_acceptance(gen, *, sampled: bool = False) -> dict:
     ``later``, of a position reached after an accepted one, counted on ACCEPT_RUNS seeded runs at a fixed gamma,
     each from a random prompt of ACCEPT_PROMPT tokens, in the profile's sampling mode (its law, never the user's:
     see :func:`calibration_run`). Nothing is timed: a function of the models, so seeded runs still reproduce.
-    ``verdicts``: the first positions counted."""
+    ``verdicts``: the first positions counted. Runs are cut to the shorter model's context (a 64-position model
+    failed a user's first call with 4 + 64 tokens)."""
     kw = dict(do_sample=True, temperature=1.0, top_k=0, top_p=1.0) if sampled else dict(do_sample=False)
+    limits = [n for n in (max_positions(gen.target), gen.draft is not None and max_positions(gen.draft)) if n]
+    new = max(1, min([ACCEPT_TOKENS] + [n - ACCEPT_PROMPT for n in limits]))
     first = first_n = later = later_n = 0
     for r in range(ACCEPT_RUNS):
         ids = torch.randint(0, vocab_size(gen.target), (1, ACCEPT_PROMPT), generator=torch.Generator().manual_seed(r))
-        s = calibration_run(gen, ids, gamma=ACCEPT_GAMMA, max_new_tokens=ACCEPT_TOKENS, eos_token_id=[], seed=r,
-                            **kw).stats
+        s = calibration_run(gen, ids, gamma=ACCEPT_GAMMA, max_new_tokens=new, eos_token_id=[], seed=r, **kw).stats
         kept, reached = s.position_accepted, s.position_drafted  # [gamma]: steps keeping / reaching position i + 1
         first, first_n = first + kept[0], first_n + reached[0]
         later, later_n = later + sum(kept[1:]), later_n + sum(reached[1:])
