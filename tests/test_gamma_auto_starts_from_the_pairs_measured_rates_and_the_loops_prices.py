@@ -37,7 +37,7 @@ def test_a_seeded_auto_run_prices_with_a_profile_its_loop_measured_in_its_mode(m
     gen.generate(torch.tensor([[4, 5, 6]]), seed=0, do_sample=True, temperature=1.0, **kw)
     assert asked == ["greedy", "sampled"]
     files = sorted(p.name for p in (tmp_path / "costs").iterdir())
-    assert len(files) == 2 and files[0].endswith(".loop-greedy.json") and files[1].endswith(".loop-sampled.json")
+    assert len(files) == 2 and ".loop-greedy-" in files[0] and ".loop-sampled-" in files[1]
     stored = CostModel.load(tmp_path / "costs" / files[0])
     assert stored.metadata["loop"] == "greedy" and stored.t_overhead_plain == 0.0
     # a plain step is priced at what the loop's plain steps took, the table shifted to it
@@ -103,7 +103,7 @@ def test_an_unseeded_generator_prices_every_run_with_the_stored_profile_not_its_
         gen.generate(torch.tensor([[4, 5, 6]]), generator=torch.Generator().manual_seed(i), **kw)
     gen.generate(torch.tensor([[4, 5, 6]]), seed=0, **kw)
     assert len(priced) == 4 and all(cm is priced[0] for cm in priced)
-    assert priced[0] == CostModel.load(next((tmp_path / "costs").glob("*.loop-greedy.json")))
+    assert priced[0] == CostModel.load(next((tmp_path / "costs").glob("*.loop-greedy-*.json")))
 
 
 def test_a_seeded_auto_run_reproduces_from_the_stored_profile(monkeypatch, tmp_path):
@@ -274,6 +274,30 @@ def test_the_pairs_rates_are_counted_on_its_own_text_and_a_draft_the_target_alwa
         {"first": 1.0, "later": 1.0, "verdicts": 0}
     far = noisy_copy(target, 0.3, seed=3)  # a draft further from the target is kept less
     assert loop_acceptance(SpeculativeGenerator(target, far), sampled=sampled)["first"] < rates["first"] - 0.2
+
+
+def test_two_drafts_of_one_shape_keep_their_own_rates_for_the_profile_is_named_by_their_weights(monkeypatch, tmp_path):
+    """Prices follow shapes, acceptance follows weights: a fine-tune of a draft (here: the same config at another
+    noise) shares the profile_key of its base but must not start from its base's rates."""
+    monkeypatch.setenv("EXACTSPEC_CACHE", str(tmp_path))
+    monkeypatch.setattr(profiles, "_IN_PROCESS", {})
+    monkeypatch.setattr(loopcosts, "loop_priced", lambda gen, batch_size=1, *, sampled=False: CostModel(
+        0.001, {1: 0.01, 2: 0.02}, {"acceptance": loop_acceptance(gen, sampled=sampled)}))  # untimed: rates only
+    target = _models()[0]
+    near, far = noisy_copy(target, 0.05, seed=3), noisy_copy(target, 0.3, seed=3)
+    assert profiles.profile_key(target, near, 1) == profiles.profile_key(target, far, 1)  # one shape
+    rates = {}
+    for name, draft in (("near", near), ("far", far)):
+        cm = loopcosts.auto_cost(SpeculativeGenerator(target, draft), 1, sampled=False)
+        rates[name] = cm.metadata["acceptance"]
+        assert rates[name] == loop_acceptance(SpeculativeGenerator(target, draft))
+    assert rates["far"]["first"] < rates["near"]["first"] - 0.2
+    assert len(list((tmp_path / "costs").glob("*.loop-greedy-*.json"))) == 2
+    digest = profiles.weights_digest(target, near)
+    assert profiles.weights_digest(target, noisy_copy(target, 0.05, seed=3)) == digest  # same weights, new object
+    with torch.no_grad():
+        next(near.parameters()).mul_(1.5)  # an in-place write to the same object: other weights, another name
+    assert profiles.weights_digest(target, near) != digest
 
 
 def test_a_fresh_model_believes_the_profiles_rates_and_a_learnt_one_its_own():

@@ -7,8 +7,9 @@ A seeded run instead prices with a profile measured once per (model shapes, dtyp
 threads, batch size) and stored as JSON under ``cache_root()/costs/``: every later process reads the same
 numbers, and the first one decides from what it wrote (read back), so it agrees with them too.
 
-A profile depends on the models' shapes and dtypes, not their weights: a forward costs the same whatever its
-weights hold. It does depend on exactspec's code (its version and a digest of its sources), whose own loop it
+A profile's prices depend on the models' shapes and dtypes, not their weights: a forward costs the same whatever
+its weights hold. A loop profile also stores the pair's acceptance, which the weights decide: its name carries a
+digest of them too (:func:`weights_digest`). A profile does depend on exactspec's code (its version and a digest of its sources), whose own loop it
 times. Deleting the file (``exactspec cache --clear costs``) measures a new one, whose decisions, and so whose
 seeded tokens, may differ.
 """
@@ -25,7 +26,7 @@ from functools import lru_cache
 
 from exactspec.backends.cachedir import cache_root
 
-__all__ = ["stored_cost_model", "profile_key"]
+__all__ = ["stored_cost_model", "profile_key", "weights_digest"]
 
 # Settings that change how the engine runs a forward (docs/generation.md), and so what it costs.
 _ENV = ("EXACTSPEC_LEAN_TARGET", "EXACTSPEC_DRAFT_UPCAST")
@@ -35,6 +36,9 @@ _IN_PROCESS: dict[str, object] = {}
 # describe() (parameter shapes and dtypes, or the file) is read each time: model.half() changes it in place. A
 # config edited in place after a model's first seeded run keeps that run's profile (exactspec cache --clear costs).
 _CONFIGS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+# A torch model's weights digest, once per model object and state of its parameters (weights_digest).
+_WEIGHTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+WEIGHT_SAMPLES = 64  # values read from each tensor, evenly strided: enough to tell a fine-tune or a noisy copy
 
 
 def _config(model) -> dict:
@@ -108,6 +112,48 @@ def profile_key(target, draft, batch_size: int) -> str:
     return hashlib.sha256(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 
+def weights_digest(*models) -> str:
+    """12 hex digits naming the models' weights, for what depends on them and not only on their shapes: the pair's
+    acceptance, which a loop profile stores beside its prices (two drafts of one config, a fine-tune and its base,
+    share a profile_key but not their rates). A torch model: WEIGHT_SAMPLES evenly strided values of each
+    parameter, read once per model object and again when an in-place write bumps a parameter's version (``copy_``,
+    ``load_state_dict``; not a write through ``.data`` nor a parameter replaced by a new one, which keep the
+    first digest); a llama.cpp model: its file, as `describe` names it. 6 ms for the stdlib pair, 40 for SmolLM2
+    on transformers the first time, 0.05 ms after."""
+    from exactspec.backends.seam import describe, is_backend_model
+
+    digest = hashlib.sha256()
+    for model in models:
+        if is_backend_model(model) or not hasattr(model, "named_parameters"):
+            digest.update(json.dumps(describe(model), sort_keys=True, default=str).encode())
+            continue
+        try:
+            seen = _WEIGHTS.get(model)
+        except TypeError:  # (a model that takes no weak reference is read each time)
+            seen = None
+        if seen is None or tuple(p._version for _, p in seen[0]) != seen[1]:
+            params = list(model.named_parameters())
+            seen = (params, tuple(p._version for _, p in params), _sample_digest(params))
+            try:
+                _WEIGHTS[model] = seen
+            except TypeError:
+                pass
+        digest.update(seen[2].encode())
+    return digest.hexdigest()[:12]
+
+
+def _sample_digest(params) -> str:
+    import torch
+
+    digest = hashlib.sha256()
+    with torch.no_grad():
+        for name, p in params:
+            flat = p.detach().reshape(-1)
+            sample = flat[::max(1, flat.numel() // WEIGHT_SAMPLES)][:WEIGHT_SAMPLES]
+            digest.update(name.encode() + sample.to("cpu", torch.float64).numpy().tobytes())
+    return digest.hexdigest()
+
+
 def stored_cost_model(target, draft, batch_size: int = 1, loop: str | None = None, measure=None):
     """The cost profile of (target, draft) at `batch_size`: read from ``cache_root()/costs/<key>.json``, else
     measured (:meth:`CostModel.measure`), written there and read back. A profile that cannot be read is
@@ -116,7 +162,8 @@ def stored_cost_model(target, draft, batch_size: int = 1, loop: str | None = Non
 
     `loop` ("greedy" or "sampled") with `measure` (a callable returning a CostModel): the profile as the
     engine's loop runs in that sampling mode (:func:`exactspec.engine.loopcosts.loop_priced`), stored apart as
-    ``<key>.loop-<mode>.json``. The bare forwards leave out what a step costs in Python around them, 0.7-1.5 ms
+    ``<key>.loop-<mode>-<weights>.json``: it also holds the pair's acceptance (``acceptance``), which the
+    weights decide (:func:`weights_digest`). The bare forwards leave out what a step costs in Python around them, 0.7-1.5 ms
     a step on llama.cpp beside a 1.5-4 ms forward (docs/llamacpp.md, r6), so a seeded run priced by them
     drafted where drafting lost."""
     from exactspec.speed.costmodel import CostModel
@@ -128,7 +175,7 @@ def stored_cost_model(target, draft, batch_size: int = 1, loop: str | None = Non
         raise ValueError(f"loop must be None, 'greedy' or 'sampled', got {loop!r}")
     if not callable(measure):
         raise ValueError(f"measure: a callable measuring the {loop} loop's profile is needed, got {measure!r}")
-    return _stored(f"{profile_key(target, draft, batch_size)}.loop-{loop}", measure)
+    return _stored(f"{profile_key(target, draft, batch_size)}.loop-{loop}-{weights_digest(target, draft)}", measure)
 
 
 def _stored(key: str, measure):
