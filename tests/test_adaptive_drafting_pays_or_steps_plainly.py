@@ -40,8 +40,10 @@ def _at_rate(alpha: float, n: int = 2000) -> AcceptanceModel:
 
 
 @pytest.mark.parametrize("c", [0.1, 0.3, 0.6])
-def test_plain_step_exactly_when_the_first_positions_alpha_is_below_the_cost_ratio(c):
-    """With T_target flat (the paper's model), some gamma >= 1 pays iff alpha > c (speculation_helps)."""
+def test_plain_step_exactly_when_the_first_positions_alpha_is_below_the_cost_ratio(c, monkeypatch):
+    """With T_target flat (the paper's model), some gamma >= 1 pays iff alpha > c (speculation_helps); the margin
+    by which drafting must pay besides (PRICE_MARGIN, tested on its own) set to 0."""
+    monkeypatch.setattr("exactspec.engine.policy.PRICE_MARGIN", 0.0)
     cost = CostModel(t_draft=c * 0.010, target_times=FLAT)
     left = torch.tensor([10])
     below = AdaptivePolicy(cost, 8, DraftingState(_at_rate(c - 0.03), probe_gap=1000))

@@ -14,8 +14,8 @@ from _spec_models import left_padded, noisy_copy, target_greedy, tiny_lm
 from exactspec import CostModel, SpeculativeGenerator
 from exactspec.engine import loopcosts
 from exactspec.engine.loopcosts import calibration_run, loop_acceptance
-from exactspec.engine.policy import (FIRST_GAP, FRESH_GAP, PRIOR, PRIOR_SPREAD, AcceptanceModel, AdaptivePolicy,
-                                     DraftingState)
+from exactspec.engine.policy import (DECAY, FIRST_GAP, FRESH_GAP, PRICE_MARGIN, PRIOR, PRIOR_SPREAD, AcceptanceModel,
+                                     AdaptivePolicy, DraftingState)
 from exactspec.speed import profiles
 
 
@@ -364,6 +364,45 @@ def test_a_fresh_model_drafts_only_where_a_length_pays_below_its_measured_rates_
     learnt.model.observe([0.9] * 18, [True] * 18, [False] + [True] * 17)
     assert learnt.model.doubt() < PRIOR_SPREAD / 9
     assert AdaptivePolicy(cost, 4, learnt).next_lengths(torch.tensor([50])).tolist() == [4]
+
+
+@pytest.mark.parametrize("gain, drafts", [(0.02, False), (0.04, True)])
+def test_a_step_drafts_only_where_it_beats_plain_steps_by_the_price_margin(gain, drafts):
+    """Prices move more than a few per cent between measurements: a length that pays by less than PRICE_MARGIN at
+    them stays plain, one that pays by more drafts (a learnt model, so PRIOR_SPREAD plays no part)."""
+    state = DraftingState()
+    state.model.observe([0.9] * 400, [True, False] * 200, [False] * 400)  # rates 0.5 first and later, well counted
+    first, later = state.model.mean(), state.model.continuation()
+    e1 = 1 + first  # a one-token step's expected tokens: price it to pay by `gain` exactly
+    cost = CostModel(0.0, {1: 0.010, 2: 0.010 * e1 / (1 + gain), 3: 1.0, 16: 1.0})  # longer lengths never pay
+    policy = AdaptivePolicy(cost, 4, state)
+    assert policy.best_length(first, later)[0] == 1 and PRICE_MARGIN == 0.03
+    # a drafting step's cap is max_gamma (the drafter's own stops end it), a plain one's 0
+    assert policy.next_lengths(torch.tensor([50])).tolist() == [4 if drafts else 0]
+
+
+def test_a_carried_models_verdicts_fade_over_plain_steps_as_over_drafted_ones():
+    """A generator carries its model to the next prompt: one poor prompt's verdicts must fade while it steps
+    plainly (r34: 1,522 of 1,536 steps plain where gamma = 4 ran 1.32x), so that its later probes meet rates near
+    the pair's again, by the same DECAY a step whether the steps ran one at a time or as a streak."""
+    cost = CostModel(0.004, {1: 0.010, 2: 0.02, 16: 0.05}, {"acceptance": {"first": 0.7, "later": 0.8}})
+    poor = [DraftingState(), DraftingState()]
+    for st in poor:
+        AdaptivePolicy(cost, 8, st)  # the prior: the pair's rates
+        st.model.observe([0.5] * 60, [False] * 55 + [True] * 5, [False] * 60)
+    before = poor[0].model.mean()
+    assert before < 0.2
+    one, streak = AdaptivePolicy(cost, 8, poor[0]), AdaptivePolicy(cost, 8, poor[1])
+    n0 = poor[0].model.observations
+    for _ in range(50):
+        one.model.fade()
+    streak.skip_plain(50)
+    assert poor[0].model.observations == pytest.approx(n0 * DECAY ** 50) == poor[1].model.observations
+    policy = AdaptivePolicy(cost, 8, poor[0])
+    assert policy.next_lengths(torch.tensor([60])).tolist() == [0]  # a plain step by decision, faded too
+    assert poor[0].model.observations == pytest.approx(n0 * DECAY ** 51)
+    poor[0].model.fade(950)  # 1,001 steps in all: about 16 runs of 64 tokens
+    assert poor[0].model.mean() > 0.55  # back near the pair's 0.7 (DECAY's time constant is 200 steps)
 
 
 @pytest.mark.parametrize("target_pos, draft_pos", [(64, 64), (64, 40)])

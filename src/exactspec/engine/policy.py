@@ -16,10 +16,11 @@ The loop asks a policy per step (see :class:`exactspec.engine.decoding.Speculati
 * **a price per draft length**, ``price[k]`` seconds for a step that drafts k tokens (k = 0: plain), from the
   pair's cost profile stored on disk (measured once per machine, batch size and sampling mode as the loop runs;
   :func:`exactspec.engine.loopcosts.auto_cost`), as measured, every width timed, and fixed for the run. No clock
-  of the run decides anything, so a seeded run reproduces in any process.
+  of the run decides anything, so a seeded run reproduces in any process. A step drafts only where that beats
+  plain steps by PRICE_MARGIN: the prices move more than that between measurements.
 * **an acceptance estimate**, :class:`AcceptanceModel`: P(accepted | the draft's confidence bin), decayed
   counts shrunk towards the pooled rate, and the rate of a position reached after an accepted one (acceptance
-  comes in streaks). A fresh one starts from the pair's rates counted where its prices were measured (the
+  comes in streaks), faded by DECAY a step, drafted or plain. A fresh one starts from the pair's rates counted where its prices were measured (the
   profile's ``acceptance``, :func:`exactspec.engine.loopcosts.loop_acceptance`): a function of the models alone.
   Until a run has verdicts of its own, a length drafts only where it pays at rates PRIOR_SPREAD below those.
 * **one exploration rule**: when no length pays, plain steps; after ``gap`` of them a probe of the length that
@@ -47,7 +48,7 @@ EDGES = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.98, 0.995)
 # A fresh model's belief where its prices came with none (a cost_model= given), and a belief's weight in
 # pseudo-verdicts per bin
 PRIOR, PRIOR_WEIGHT = 0.7, 2.0
-DECAY = 0.995  # per verified step: old text fades (a new prompt, code after prose) over ~200 steps
+DECAY = 0.995  # per step, drafted or plain: old text fades (a new prompt, code after prose) over ~200 steps
 OPTIMISM = 1.0  # standard errors a probe adds to the rates: a pair unlucky in its first verdicts still probes
 FIRST_GAP, MAX_GAP = 4, 256  # plain steps before a probe: doubling, 6 probes then one per 256 steps at most
 # A fresh model's first gap: its prior stands in for the probes of gaps 4 ... 32. Re-probing at steps 4, 12, 28
@@ -59,6 +60,12 @@ FRESH_GAP = 64
 # gamma = 4); on llama.cpp at T = 1 that 0.05 made gamma = 4 pay by 1% at the prior and lose 10% as run (r34). Until a
 # run has verdicts of its own, a length drafts only where it pays at rates this much lower
 PRIOR_SPREAD = 0.05
+# How much faster than plain steps drafting must be at the profile's prices before a step drafts: the prices move
+# more than that between measurements here (two loop profiles 30 minutes apart priced gamma = 4 at 2.47 and 3.27
+# plain steps, r35), and a seeded run that drafted gamma = 2 where it paid 1% on paper ran 0.85x the target alone
+# (stdlib, llama.cpp, greedy, r35). Staying plain where drafting would gain under 3% costs at most 1 - 1/1.03 of
+# the best fixed gamma's speed (0.971x), inside the issue's 0.95 bar
+PRICE_MARGIN = 0.03
 
 
 class FixedPolicy:
@@ -164,11 +171,17 @@ class AcceptanceModel:
         for b in self.bins(confidence):
             self.seen[b] += 1.0
 
-    def observe(self, confidence, accepted, later=None) -> None:
-        """A verified step: decay, then count (`later [N]`: the position came after an accepted one)."""
-        d = DECAY
+    def fade(self, steps: int = 1) -> None:
+        """`steps` steps of text passed: every count decays by DECAY each, drafted or plain (a model that counted
+        only drafted steps kept one poor prompt's verdicts for good once it stopped drafting: a generator ran
+        1,522 of 1,536 steps plain where gamma = 4 ran 1.32x, transformers, greedy, r34)."""
+        d = DECAY ** steps
         self.n, self.a, self.seen = [v * d for v in self.n], [v * d for v in self.a], [v * d for v in self.seen]
         self.later_n, self.later_a = self.later_n * d, self.later_a * d
+
+    def observe(self, confidence, accepted, later=None) -> None:
+        """A verified step: decay, then count (`later [N]`: the position came after an accepted one)."""
+        self.fade()
         accepted = _floats(accepted)
         self.count(confidence, accepted, [False] * len(accepted) if later is None else later)
 
@@ -238,6 +251,8 @@ class AdaptivePolicy:
         # a model-free drafter looks for free and trims by its match: worth its best kind of match
         self._first, self._later = (m.best() if self.free_draft else m.mean()), m.continuation()
         k, self.rate = self.best_length(self._first, self._later)
+        if k and self.rate * self.price[0] < 1 + PRICE_MARGIN:
+            k = 0  # it pays by less than the prices' own noise (PRICE_MARGIN)
         if k and (d := m.doubt()) and not self.best_length(self._first - d, self._later - d)[0]:
             k = 0  # it pays at the pair's measured rates, not at what a new text may keep (PRIOR_SPREAD)
         u1, u2 = m.uncertainty()
@@ -255,6 +270,8 @@ class AdaptivePolicy:
             if st.since_probe >= st.probe_gap and bool((left > 0).any()):
                 k = max(1, self.best_length(min(self._first + u1, 1.0), self._later)[0])
                 self.probing, st.since_probe, st.probe_gap = True, 0, min(2 * st.probe_gap, MAX_GAP)
+            else:
+                m.fade()  # a plain step's text passes too (observe fades a verified one)
         self._plain, self._p = k == 0, None
         # a model drafter stops itself (include / more); a probe drafts its length; lookup trims what it found
         cap = (k if self.probing else self.max_gamma) if k else 0
@@ -264,14 +281,16 @@ class AdaptivePolicy:
         return left.clamp(min=0, max=cap)
 
     def plain_streak(self) -> int:
-        """After a plain step by decision: the steps until the next probe, all plain for certain (the model
-        does not move without verdicts); the loop may run them at once and tell :meth:`skip_plain`."""
+        """After a plain step by decision: the steps until the next probe, all plain (without verdicts the model
+        only fades towards its prior: a fade that would make drafting pay is acted on at the probe); the loop may
+        run them at once and tell :meth:`skip_plain`."""
         if self.hopeless:
             return 1 << 30
         return max(1, self.state.probe_gap - self.state.since_probe) if self._plain else 1
 
     def skip_plain(self, m: int) -> None:
         self.state.since_probe += m
+        self.model.fade(m)
 
     def threshold(self, i: int, paid: bool = True) -> float:
         """The least P(positions <= i accepted) for which drafting position i pays (`paid`: its draft call was
