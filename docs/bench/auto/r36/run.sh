@@ -4,7 +4,7 @@
 # SmolLM2: unseen_chat12.json): 8 prompts, 64 new tokens, 3 rounds, the bench's rotated order, on the AVX2 EPYC of
 # sessions 27-29. The cost profiles are measured afresh at the round's start (the cache cleared) and kept beside
 # the records.
-# SMOLLM2=1: the two SmolLM2 x llama.cpp cells (the SmolLM2 x transformers cells take ~20 minutes each here: not run).
+# SMOLLM2=1: the two SmolLM2 x llama.cpp cells; SMOLLM2_TF=1: the two SmolLM2 x transformers cells (~20 minutes each).
 # RERUN=1 CELLS="pair:backend:T:set ...": reruns (`_b`) of seeded misses under 0.03.
 cd "$(dirname "$0")/../../../../benchmarks"
 O=${O:-../docs/bench/auto/r36}
@@ -16,9 +16,11 @@ if [ "${RERUN:-}" = 1 ]; then
   exit 0
 elif [ "${SMOLLM2:-}" = 1 ]; then
   for T in 0 1; do cell smollm2 llamacpp $T unseen_chat12.json ""; done
+elif [ "${SMOLLM2_TF:-}" = 1 ]; then
+  for T in 0 1; do cell smollm2 transformers $T unseen_chat12.json ""; done
 else
   ../.venv/bin/exactspec cache --clear costs > /dev/null
   for backend in llamacpp transformers; do for T in 0 1; do cell stdlib $backend $T unseen_code25.json ""; done; done
 fi
 mkdir -p $O/costs && cp "${EXACTSPEC_CACHE:-$HOME/.cache/exactspec}"/costs/*.json $O/costs/
-date > $O/done${SMOLLM2:+_smollm2}.txt
+date > $O/done${SMOLLM2:+_smollm2}${SMOLLM2_TF:+_smollm2_tf}.txt
