@@ -20,8 +20,9 @@ The loop asks a policy per step (see :class:`exactspec.engine.decoding.Speculati
   plain steps by PRICE_MARGIN: the prices move more than that between measurements.
 * **an acceptance estimate**, :class:`AcceptanceModel`: P(accepted | the draft's confidence bin), decayed
   counts shrunk towards the pooled rate, and the rate of a position reached after an accepted one (acceptance
-  comes in streaks), faded by DECAY a step, drafted or plain. A fresh one starts from the pair's rates counted where its prices were measured (the
-  profile's ``acceptance``, :func:`exactspec.engine.loopcosts.loop_acceptance`): a function of the models alone.
+  comes in streaks), faded by DECAY a step, drafted or plain. A fresh one starts from the pair's rates counted
+  where its prices were measured (the profile's ``acceptance``, :func:`exactspec.engine.loopcosts.loop_acceptance`):
+  a function of the models alone.
   Until a run has verdicts of its own, a length drafts only where it pays at rates PRIOR_SPREAD below those.
 * **one exploration rule**: when no length pays, plain steps; after ``gap`` of them a probe of the length that
   would pay at rates one standard error above the estimates; ``gap`` doubles from FIRST_GAP to MAX_GAP after

@@ -9,8 +9,8 @@ numbers, and the first one decides from what it wrote (read back), so it agrees 
 
 A profile's prices depend on the models' shapes and dtypes, not their weights: a forward costs the same whatever
 its weights hold. A loop profile also stores the pair's acceptance, which the weights decide: its name carries a
-digest of them too (:func:`weights_digest`). A profile does depend on exactspec's code (its version and a digest of its sources), whose own loop it
-times. Deleting the file (``exactspec cache --clear costs``) measures a new one, whose decisions, and so whose
+digest of them too (:func:`weights_digest`). A profile does depend on exactspec's code (its version and a digest of
+its sources), whose own loop it times. Deleting the file (``exactspec cache --clear costs``) measures a new one, whose decisions, and so whose
 seeded tokens, may differ.
 """
 from __future__ import annotations
@@ -163,9 +163,9 @@ def stored_cost_model(target, draft, batch_size: int = 1, loop: str | None = Non
     `loop` ("greedy" or "sampled") with `measure` (a callable returning a CostModel): the profile as the
     engine's loop runs in that sampling mode (:func:`exactspec.engine.loopcosts.loop_priced`), stored apart as
     ``<key>.loop-<mode>-<weights>.json``: it also holds the pair's acceptance (``acceptance``), which the
-    weights decide (:func:`weights_digest`). The bare forwards leave out what a step costs in Python around them, 0.7-1.5 ms
-    a step on llama.cpp beside a 1.5-4 ms forward (docs/llamacpp.md, r6), so a seeded run priced by them
-    drafted where drafting lost."""
+    weights decide (:func:`weights_digest`). The bare forwards leave out what a step costs in Python around them,
+    0.7-1.5 ms a step on llama.cpp beside a 1.5-4 ms forward (docs/llamacpp.md, r6), so a seeded run priced by
+    them drafted where drafting lost."""
     from exactspec.speed.costmodel import CostModel
 
     if loop is None:
