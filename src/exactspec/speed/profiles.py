@@ -10,8 +10,8 @@ numbers, and the first one decides from what it wrote (read back), so it agrees 
 A profile's prices depend on the models' shapes and dtypes, not their weights: a forward costs the same whatever
 its weights hold. A loop profile also stores the pair's acceptance, which the weights decide: its name carries a
 digest of them too (:func:`weights_digest`). A profile does depend on exactspec's code (its version and a digest of
-its sources), whose own loop it times. Deleting the file (``exactspec cache --clear costs``) measures a new one, whose decisions, and so whose
-seeded tokens, may differ.
+its sources), whose own loop it times. Deleting the file (``exactspec cache --clear costs``) measures a new one,
+whose decisions, and so whose seeded tokens, may differ.
 """
 from __future__ import annotations
 
