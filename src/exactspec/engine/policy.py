@@ -22,7 +22,7 @@ The loop asks a policy per step (see :class:`exactspec.engine.decoding.Speculati
   counts shrunk towards the pooled rate, and the rate of a position reached after an accepted one (acceptance
   comes in streaks), faded by DECAY a step, drafted or plain. A fresh one starts from the pair's rates counted
   where its prices were measured (the profile's ``acceptance``, :func:`exactspec.engine.loopcosts.loop_acceptance`):
-  a function of the models alone.
+  a function of the models alone, which weighs as many verdicts as a Beta belief whose spread is PRIOR_SPREAD.
   Until a run has verdicts of its own, a length drafts only where it pays at rates PRIOR_SPREAD below those.
 * **one exploration rule**: when no length pays, plain steps; after ``gap`` of them a probe of the length that
   would pay at rates one standard error above the estimates; ``gap`` doubles from FIRST_GAP to MAX_GAP after
@@ -46,8 +46,8 @@ __all__ = ["FixedPolicy", "AdaptivePolicy", "AcceptanceModel", "DraftingState"]
 # Confidence bins over the draft's top probability, finer near 1 where a good draft spends most positions
 # (prompt lookup's keys, PromptLookupDrafter.confidence, fall in the same bins).
 EDGES = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.98, 0.995)
-# A fresh model's belief where its prices came with none (a cost_model= given), and a belief's weight in
-# pseudo-verdicts per bin
+# A fresh model's belief where its prices came with none (a cost_model= given), and that belief's weight in
+# pseudo-verdicts, as each bin's towards the pooled rate (bins differ by the draft's confidence: they learn fast)
 PRIOR, PRIOR_WEIGHT = 0.7, 2.0
 DECAY = 0.995  # per step, drafted or plain: old text fades (a new prompt, code after prose) over ~200 steps
 OPTIMISM = 1.0  # standard errors a probe adds to the rates: a pair unlucky in its first verdicts still probes
@@ -59,7 +59,8 @@ FRESH_GAP = 64
 # How far the pair's measured rates (the profile's acceptance) lie from a new text's: on the stdlib pair they counted
 # first positions at 0.69 greedy and 0.71 at T = 1, where unseen code then kept 0.73 and 0.66 (unseen_code22, 8 prompts,
 # gamma = 4); on llama.cpp at T = 1 that 0.05 made gamma = 4 pay by 1% at the prior and lose 10% as run (r34). Until a
-# run has verdicts of its own, a length drafts only where it pays at rates this much lower
+# run has verdicts of its own, a length drafts only where it pays at rates this much lower; and the measured rates
+# weigh what a Beta belief of this spread does (about 83 verdicts at 0.7: AcceptanceModel.weight)
 PRIOR_SPREAD = 0.05
 # How much faster than plain steps drafting must be at the profile's prices before a step drafts: the prices move
 # more than that between measurements here (two loop profiles 30 minutes apart priced gamma = 4 at 2.47 and 3.27
@@ -106,9 +107,9 @@ def _floats(x) -> list:
 @dataclass
 class AcceptanceModel:
     """P(accepted | confidence bin): per bin decayed verdicts `n` and acceptances `a`, each bin shrunk towards
-    the pooled rate with PRIOR_WEIGHT pseudo-verdicts; `seen` counts each bin's occurrences (drafted or not),
-    which weigh the rate of a position not drafted yet; `later_n` / `later_a` are the verdicts of positions
-    reached after an accepted one. Plain floats: asked a few rows at a time, between forwards."""
+    the pooled rate with PRIOR_WEIGHT pseudo-verdicts, the pooled rate towards the prior with its `weight`;
+    `seen` counts each bin's occurrences (drafted or not), which weigh the rate of a position not drafted yet;
+    `later_n` / `later_a` are the verdicts of positions reached after an accepted one. Plain floats: asked a few rows at a time, between forwards."""
 
     n: list = field(default_factory=lambda: [0.0] * len(EDGES))
     a: list = field(default_factory=lambda: [0.0] * len(EDGES))
@@ -126,9 +127,18 @@ class AcceptanceModel:
     def observations(self) -> float:
         return sum(self.n)
 
+    def weight(self, prior: float | None = None) -> float:
+        """What a prior weighs in pseudo-verdicts: PRIOR_WEIGHT where nobody measured it; a measured one (the
+        pair's rate `prior`, default the first position's) as a Beta whose spread is PRIOR_SPREAD. At 2 a fresh run's
+        first rejection took 0.705 to 0.47, and seeded runs of the stdlib pair went plain for 528 of 1,536 steps
+        where the text kept 0.67 (transformers, T = 1, unseen_code25, r36: 0.86x gamma = 4)."""
+        p = self.prior if prior is None else prior
+        return PRIOR_WEIGHT if self.prior_later is None else max(PRIOR_WEIGHT, p * (1 - p) / PRIOR_SPREAD ** 2 - 1)
+
     @property
     def pooled(self) -> float:
-        return (sum(self.a) + PRIOR_WEIGHT * self.prior) / (sum(self.n) + PRIOR_WEIGHT)
+        w = self.weight()
+        return (sum(self.a) + w * self.prior) / (sum(self.n) + w)
 
     def rates(self) -> list[float]:
         pooled = self.pooled
@@ -151,22 +161,26 @@ class AcceptanceModel:
         """A position reached after an accepted one, shrunk towards the pooled rate. Higher than the pooled
         rate, which the first position pulls down: pricing later positions at it stopped steps too early
         (held-out greedy: 55 of 114 steps stopped at 2 where gamma = 4 ran 8% faster)."""
-        base = self.pooled if self.prior_later is None else self.prior_later
-        return (self.later_a + PRIOR_WEIGHT * base) / (self.later_n + PRIOR_WEIGHT)
+        if self.prior_later is None:
+            return (self.later_a + PRIOR_WEIGHT * self.pooled) / (self.later_n + PRIOR_WEIGHT)
+        w = self.weight(self.prior_later)
+        return (self.later_a + w * self.prior_later) / (self.later_n + w)
 
     def doubt(self) -> float:
-        """What is left of PRIOR_SPREAD in the rates: a measured prior's, shrinking as the run's own verdicts come."""
-        return 0.0 if self.prior_later is None else PRIOR_SPREAD * PRIOR_WEIGHT / (self.observations + PRIOR_WEIGHT)
+        """What is left of PRIOR_SPREAD in the rates: a measured prior's share of the pooled rate, shrinking as the
+        run's own verdicts come."""
+        return 0.0 if self.prior_later is None else PRIOR_SPREAD * (w := self.weight()) / (self.observations + w)
 
     def uncertainty(self, z: float | None = None) -> tuple[float, float]:
         """`z` (default OPTIMISM) standard errors, a Beta posterior's spread, of the pooled rate and of the
         continuation's."""
         z = OPTIMISM if z is None else z
 
-        def spread(p: float, n: float) -> float:
-            return z * math.sqrt(p * (1.0 - p) / (n + PRIOR_WEIGHT + 1.0))
+        def spread(p: float, n: float, w: float) -> float:
+            return z * math.sqrt(p * (1.0 - p) / (n + w + 1.0))
 
-        return spread(self.pooled, self.observations), spread(self.continuation(), self.later_n)
+        return (spread(self.pooled, self.observations, self.weight()),
+                spread(self.continuation(), self.later_n, self.weight(self.prior_later or self.prior)))
 
     def see(self, confidence) -> None:
         for b in self.bins(confidence):
