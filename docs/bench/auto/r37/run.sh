@@ -1,5 +1,5 @@
-# Round r37 (issue 49): r37's gamma="auto" with a measured prior that weighs what PRIOR_SPREAD says (a Beta of that
-# spread: ~83 verdicts at 0.7, where 2 let a first rejection turn a seeded run plain, r37 at T = 1),
+# Round r37 (issue 49): r36's gamma="auto" with a measured prior that weighs what PRIOR_SPREAD says (a Beta of that
+# spread: ~83 verdicts at 0.7, where 2 let a first rejection turn a seeded run plain, r36 at T = 1),
 # on sets written before anything ran on them (unseen_code26.json;
 # SmolLM2: unseen_chat13.json): 8 prompts, 64 new tokens, 3 rounds, the bench's rotated order, on the AVX2 EPYC of
 # sessions 27-30. The cost profiles are measured afresh at the round's start (the cache cleared) and kept beside
