@@ -109,7 +109,8 @@ class AcceptanceModel:
     """P(accepted | confidence bin): per bin decayed verdicts `n` and acceptances `a`, each bin shrunk towards
     the pooled rate with PRIOR_WEIGHT pseudo-verdicts, the pooled rate towards the prior with its `weight`;
     `seen` counts each bin's occurrences (drafted or not), which weigh the rate of a position not drafted yet;
-    `later_n` / `later_a` are the verdicts of positions reached after an accepted one. Plain floats: asked a few rows at a time, between forwards."""
+    `later_n` / `later_a` are the verdicts of positions reached after an accepted one. Plain floats: asked a few
+    rows at a time, between forwards."""
 
     n: list = field(default_factory=lambda: [0.0] * len(EDGES))
     a: list = field(default_factory=lambda: [0.0] * len(EDGES))
