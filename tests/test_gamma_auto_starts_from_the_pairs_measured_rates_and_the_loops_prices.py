@@ -367,19 +367,19 @@ def test_a_fresh_model_drafts_only_where_a_length_pays_below_its_measured_rates_
     assert AdaptivePolicy(cost, 4, learnt).next_lengths(torch.tensor([50])).tolist() == [4]
 
 
-@pytest.mark.parametrize("first, later", [(0.7, 0.7), (0.3, 0.4), (0.9, 0.8)])
-def test_a_measured_prior_weighs_what_its_spread_says_so_one_rejection_does_not_overturn_it(first, later):
+def test_a_measured_prior_weighs_what_its_spread_says_so_one_rejection_does_not_overturn_it():
     """The pair's measured rates lie within PRIOR_SPREAD of a new text's: they weigh as many verdicts as a Beta
     belief of that spread (scipy's Beta), and a fresh run's first rejection leaves a length that paid paying. With
     2 pseudo-verdicts one rejection took a rate of 0.705 to 0.47, and seeded runs of the stdlib pair at T = 1 went
     plain for 528 of 1,536 steps where the text kept 0.67 (transformers, unseen_code25, r36: 0.86x gamma = 4)."""
     from scipy import stats
 
-    model = AcceptanceModel(prior=first, prior_later=later)
-    for p in (first, later):
-        w = model.weight(p)
-        assert stats.beta(w * p, w * (1 - p)).std() == pytest.approx(PRIOR_SPREAD, rel=1e-9)
-    assert AcceptanceModel(prior=first).weight() == 2.0  # nobody measured it: a weak belief
+    for first, later in ((0.7, 0.7), (0.3, 0.4), (0.9, 0.8)):
+        model = AcceptanceModel(prior=first, prior_later=later)
+        for p in (first, later):
+            w = model.weight(p)
+            assert stats.beta(w * p, w * (1 - p)).std() == pytest.approx(PRIOR_SPREAD, rel=1e-9)
+        assert AcceptanceModel(prior=first).weight() == 2.0  # nobody measured it: a weak belief
     cost = CostModel(0.006, {1: 0.010, 16: 0.010})  # price[k] = 10 + 6 k ms: one token pays at 0.7, not at 0.5
     policy = AdaptivePolicy(CostModel(0.006, cost.target_times, {"acceptance": {"first": 0.75, "later": 0.75}}), 4)
     assert policy.next_lengths(torch.tensor([50])).tolist() == [4]  # drafts (a cap: the drafter stops itself)

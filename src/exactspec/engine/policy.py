@@ -162,10 +162,8 @@ class AcceptanceModel:
         """A position reached after an accepted one, shrunk towards the pooled rate. Higher than the pooled
         rate, which the first position pulls down: pricing later positions at it stopped steps too early
         (held-out greedy: 55 of 114 steps stopped at 2 where gamma = 4 ran 8% faster)."""
-        if self.prior_later is None:
-            return (self.later_a + PRIOR_WEIGHT * self.pooled) / (self.later_n + PRIOR_WEIGHT)
-        w = self.weight(self.prior_later)
-        return (self.later_a + w * self.prior_later) / (self.later_n + w)
+        base, w = (self.pooled if self.prior_later is None else self.prior_later), self.weight(self.prior_later)
+        return (self.later_a + w * base) / (self.later_n + w)
 
     def doubt(self) -> float:
         """What is left of PRIOR_SPREAD in the rates: a measured prior's share of the pooled rate, shrinking as the
@@ -181,7 +179,7 @@ class AcceptanceModel:
             return z * math.sqrt(p * (1.0 - p) / (n + w + 1.0))
 
         return (spread(self.pooled, self.observations, self.weight()),
-                spread(self.continuation(), self.later_n, self.weight(self.prior_later or self.prior)))
+                spread(self.continuation(), self.later_n, self.weight(self.prior_later)))
 
     def see(self, confidence) -> None:
         for b in self.bins(confidence):
