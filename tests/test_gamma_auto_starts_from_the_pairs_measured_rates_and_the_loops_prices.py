@@ -343,19 +343,30 @@ def test_a_generators_first_run_keeps_its_fresh_gap_and_probes_at_the_next_runs_
     assert state.probe_gap == 128 and state.since_probe < state.probe_gap
 
 
-def test_a_fresh_model_drafts_only_where_a_length_pays_below_its_measured_rates_by_their_spread():
-    """The pair's measured rates lie within PRIOR_SPREAD of a new text's: a length that pays at them, but not at
-    rates that much lower, waits for the run's own verdicts (a plain step, then the fresh gap); one that pays below
-    them drafts. The doubt fades with the run's verdicts, and a prior nobody measured (a cost_model= given) has none."""
+def test_a_fresh_model_drafts_only_where_a_length_loses_at_most_the_margin_below_its_measured_rates_by_their_spread():
+    """The pair's measured rates lie within PRIOR_SPREAD of a new text's: a length that pays at them but loses more
+    than PRICE_MARGIN at rates that much lower waits for the run's own verdicts (a plain step, then the fresh gap);
+    one that loses less there drafts at once (where it had to pay there, seeded runs at T = 1 stayed plain where
+    gamma = 3 ran 1.11x, r37). The doubt fades with the run's verdicts, and a prior nobody measured has none."""
     cost = CostModel(0.0, {1: 0.010, 2: 0.021, 16: 0.035})  # price[k] = 20 + k ms: a plain step 10
-    rates = {"first": 0.6, "later": 0.7}
-    policy = AdaptivePolicy(CostModel(0.0, cost.target_times, {"acceptance": rates}), 4)
-    e4 = 1 + 0.6 * (1 + 0.7 + 0.7 ** 2 + 0.7 ** 3)
-    assert policy.best_length(0.6, 0.7)[0] == 4 and e4 / policy.price[4] > 1 / policy.price[0]  # pays at the prior ...
-    assert policy.best_length(0.6 - PRIOR_SPREAD, 0.7 - PRIOR_SPREAD)[0] == 0  # ... not PRIOR_SPREAD lower
+
+    def fresh(first, later):
+        return AdaptivePolicy(CostModel(0.0, cost.target_times, {"acceptance": {"first": first, "later": later}}), 4)
+
+    def gain(policy, first, later):  # gamma = 4's tokens a second over a plain step's, less 1
+        return policy.expected(4, first, later) / policy.price[4] * policy.price[0] - 1
+
+    d = PRIOR_SPREAD
+    policy = fresh(0.6, 0.7)
+    assert policy.expected(4, 0.6, 0.7) == pytest.approx(1 + 0.6 * (1 + 0.7 + 0.7 ** 2 + 0.7 ** 3))
+    assert policy.best_length(0.6, 0.7)[0] == 4 and gain(policy, 0.6, 0.7) > PRICE_MARGIN  # pays at the prior ...
+    assert gain(policy, 0.6 - d, 0.7 - d) < -PRICE_MARGIN  # ... loses more than the margin PRIOR_SPREAD lower
     assert policy.model.doubt() == pytest.approx(PRIOR_SPREAD)
     assert policy.next_lengths(torch.tensor([50])).tolist() == [0] and policy.plain_streak() == FRESH_GAP - 1
-    sure = AdaptivePolicy(CostModel(0.0, cost.target_times, {"acceptance": {"first": 0.75, "later": 0.8}}), 4)
+    near = fresh(0.62, 0.7)  # pays at the prior, loses under the margin PRIOR_SPREAD lower: drafts at once
+    assert policy.best_length(0.62 - d, 0.7 - d)[0] == 0 and -PRICE_MARGIN < gain(near, 0.62 - d, 0.7 - d) < 0
+    assert near.next_lengths(torch.tensor([50])).tolist() == [4]  # (a cap: the drafter stops itself)
+    sure = fresh(0.75, 0.8)
     assert sure.next_lengths(torch.tensor([50])).tolist() == [4]  # pays by more than the spread: drafts at once
     unmeasured = AdaptivePolicy(cost, 4, DraftingState(AcceptanceModel(prior=0.6)))
     assert unmeasured.model.doubt() == 0.0

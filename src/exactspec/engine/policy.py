@@ -23,7 +23,8 @@ The loop asks a policy per step (see :class:`exactspec.engine.decoding.Speculati
   comes in streaks), faded by DECAY a step, drafted or plain. A fresh one starts from the pair's rates counted
   where its prices were measured (the profile's ``acceptance``, :func:`exactspec.engine.loopcosts.loop_acceptance`):
   a function of the models alone, which weighs as many verdicts as a Beta belief whose spread is PRIOR_SPREAD.
-  Until a run has verdicts of its own, a length drafts only where it pays at rates PRIOR_SPREAD below those.
+  Until a run has verdicts of its own, a length drafts only where it loses at most PRICE_MARGIN at rates
+  PRIOR_SPREAD below those.
 * **one exploration rule**: when no length pays, plain steps; after ``gap`` of them a probe of the length that
   would pay at rates one standard error above the estimates; ``gap`` doubles from FIRST_GAP to MAX_GAP after
   each probe and falls back to FIRST_GAP once drafting pays. The same standard error lifts the rate of
@@ -59,14 +60,17 @@ FRESH_GAP = 64
 # How far the pair's measured rates (the profile's acceptance) lie from a new text's: on the stdlib pair they counted
 # first positions at 0.69 greedy and 0.71 at T = 1, where unseen code then kept 0.73 and 0.66 (unseen_code22, 8 prompts,
 # gamma = 4); on llama.cpp at T = 1 that 0.05 made gamma = 4 pay by 1% at the prior and lose 10% as run (r34). Until a
-# run has verdicts of its own, a length drafts only where it pays at rates this much lower; and the measured rates
-# weigh what a Beta belief of this spread does (about 83 verdicts at 0.7: AcceptanceModel.weight)
+# run has verdicts of its own, a length drafts only where it loses at most PRICE_MARGIN at rates this much lower (where
+# it had to pay at them, seeded runs of the stdlib pair at T = 1 on transformers stayed plain in every step where
+# gamma = 3 ran 1.11x, r37); and the measured rates weigh what a Beta belief of this spread does (about 83 verdicts
+# at 0.7: AcceptanceModel.weight)
 PRIOR_SPREAD = 0.05
 # How much faster than plain steps drafting must be at the profile's prices before a step drafts: the prices move
 # more than that between measurements here (two loop profiles 30 minutes apart priced gamma = 4 at 2.47 and 3.27
 # plain steps, r35), and a seeded run that drafted gamma = 2 where it paid 1% on paper ran 0.85x the target alone
 # (stdlib, llama.cpp, greedy, r35). Staying plain where drafting would gain under 3% costs at most 1 - 1/1.03 of
-# the best fixed gamma's speed (0.971x), inside the issue's 0.95 bar
+# the best fixed gamma's speed (0.971x), inside the issue's 0.95 bar; at rates PRIOR_SPREAD lower a fresh run's step may
+# lose at most this, as the issue's 0.97 bar for the target alone allows
 PRICE_MARGIN = 0.03
 
 
@@ -256,6 +260,12 @@ class AdaptivePolicy:
                 best, rate = k, e / self.price[k]
         return best, rate
 
+    @staticmethod
+    def expected(k: int, first: float, later: float) -> float:
+        """E(k): the expected tokens of a step drafting k at rates `first` (its first position) and `later`."""
+        first, later = max(first, 0.0), max(later, 0.0)
+        return 1.0 + first * sum(later ** i for i in range(k))
+
     # ------------------------------------------------------------------------------ the step
     def next_lengths(self, left: torch.Tensor) -> torch.Tensor:
         m, st = self.model, self.state
@@ -267,8 +277,9 @@ class AdaptivePolicy:
         k, self.rate = self.best_length(self._first, self._later)
         if k and self.rate * self.price[0] < 1 + PRICE_MARGIN:
             k = 0  # it pays by less than the prices' own noise (PRICE_MARGIN)
-        if k and (d := m.doubt()) and not self.best_length(self._first - d, self._later - d)[0]:
-            k = 0  # it pays at the pair's measured rates, not at what a new text may keep (PRIOR_SPREAD)
+        if k and (d := m.doubt()) and self.expected(k, self._first - d, self._later - d) / self.price[k] \
+                < (1 - PRICE_MARGIN) / self.price[0]:
+            k = 0  # at what a new text may keep (PRIOR_SPREAD lower) it would lose more than the margin
         u1, u2 = m.uncertainty()
         # Optimism: a position after an accepted one is measured only when reached, so its rate is valued one
         # standard error up in every stop (one early rejection there kept later steps at one token for good)
