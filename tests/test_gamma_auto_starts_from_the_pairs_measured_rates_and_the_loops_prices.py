@@ -350,11 +350,11 @@ def test_a_fresh_model_drafts_only_where_a_length_loses_at_most_the_margin_below
     gamma = 3 ran 1.11x, r37). The doubt fades with the run's verdicts, and a prior nobody measured has none."""
     cost = CostModel(0.0, {1: 0.010, 2: 0.021, 16: 0.035})  # price[k] = 20 + k ms: a plain step 10
 
-    def fresh(first, later):
-        return AdaptivePolicy(CostModel(0.0, cost.target_times, {"acceptance": {"first": first, "later": later}}), 4)
+    def fresh(first, later, prices=cost):
+        return AdaptivePolicy(CostModel(0.0, prices.target_times, {"acceptance": {"first": first, "later": later}}), 4)
 
-    def gain(policy, first, later):  # gamma = 4's tokens a second over a plain step's, less 1
-        return policy.expected(4, first, later) / policy.price[4] * policy.price[0] - 1
+    def gain(policy, first, later, k=4):  # a k-draft step's tokens a second over a plain step's, less 1
+        return policy.expected(k, first, later) / policy.price[k] * policy.price[0] - 1
 
     d = PRIOR_SPREAD
     policy = fresh(0.6, 0.7)
@@ -364,10 +364,16 @@ def test_a_fresh_model_drafts_only_where_a_length_loses_at_most_the_margin_below
     assert policy.model.doubt() == pytest.approx(PRIOR_SPREAD)
     assert policy.next_lengths(torch.tensor([50])).tolist() == [0] and policy.plain_streak() == FRESH_GAP - 1
     near = fresh(0.62, 0.7)  # pays at the prior, loses under the margin PRIOR_SPREAD lower: drafts at once
-    assert policy.best_length(0.62 - d, 0.7 - d)[0] == 0 and -PRICE_MARGIN < gain(near, 0.62 - d, 0.7 - d) < 0
+    assert near.best_length(0.62 - d, 0.7 - d)[0] == 0 and -PRICE_MARGIN < gain(near, 0.62 - d, 0.7 - d) < 0
     assert near.next_lengths(torch.tensor([50])).tolist() == [4]  # (a cap: the drafter stops itself)
     sure = fresh(0.75, 0.8)
     assert sure.next_lengths(torch.tensor([50])).tolist() == [4]  # pays by more than the spread: drafts at once
+    # Some length within the margin is enough (the drafter's own stops pick the length): gamma = 4 pays best at the
+    # prior and loses more than the margin PRIOR_SPREAD lower, where gamma = 2 loses less
+    short = fresh(0.5, 0.9, CostModel(0.0, {1: 0.010, 2: 0.0152, 16: 0.0628}))  # price[k] = 15.2 + 3.4 (k - 1) ms
+    assert short.best_length(0.5, 0.9)[0] == 4 and gain(short, 0.5, 0.9) > PRICE_MARGIN
+    assert gain(short, 0.5 - d, 0.9 - d) < -PRICE_MARGIN < gain(short, 0.5 - d, 0.9 - d, k=2) < 0
+    assert short.next_lengths(torch.tensor([50])).tolist() == [4]
     unmeasured = AdaptivePolicy(cost, 4, DraftingState(AcceptanceModel(prior=0.6)))
     assert unmeasured.model.doubt() == 0.0
     learnt = DraftingState()

@@ -23,7 +23,7 @@ The loop asks a policy per step (see :class:`exactspec.engine.decoding.Speculati
   comes in streaks), faded by DECAY a step, drafted or plain. A fresh one starts from the pair's rates counted
   where its prices were measured (the profile's ``acceptance``, :func:`exactspec.engine.loopcosts.loop_acceptance`):
   a function of the models alone, which weighs as many verdicts as a Beta belief whose spread is PRIOR_SPREAD.
-  Until a run has verdicts of its own, a length drafts only where it loses at most PRICE_MARGIN at rates
+  Until a run has verdicts of its own, a step drafts only where some length loses at most PRICE_MARGIN at rates
   PRIOR_SPREAD below those.
 * **one exploration rule**: when no length pays, plain steps; after ``gap`` of them a probe of the length that
   would pay at rates one standard error above the estimates; ``gap`` doubles from FIRST_GAP to MAX_GAP after
@@ -60,10 +60,10 @@ FRESH_GAP = 64
 # How far the pair's measured rates (the profile's acceptance) lie from a new text's: on the stdlib pair they counted
 # first positions at 0.69 greedy and 0.71 at T = 1, where unseen code then kept 0.73 and 0.66 (unseen_code22, 8 prompts,
 # gamma = 4); on llama.cpp at T = 1 that 0.05 made gamma = 4 pay by 1% at the prior and lose 10% as run (r34). Until a
-# run has verdicts of its own, a length drafts only where it loses at most PRICE_MARGIN at rates this much lower (where
-# it had to pay at them, seeded runs of the stdlib pair at T = 1 on transformers stayed plain in every step where
-# gamma = 3 ran 1.11x, r37); and the measured rates weigh what a Beta belief of this spread does (about 83 verdicts
-# at 0.7: AcceptanceModel.weight)
+# run has verdicts of its own, a step drafts only where some length loses at most PRICE_MARGIN at rates this much
+# lower (where one had to pay at them, seeded runs of the stdlib pair at T = 1 on transformers stayed plain in every
+# step where gamma = 3 ran 1.11x, r37); and the measured rates weigh what a Beta belief of this spread does (about 83
+# verdicts at 0.7: AcceptanceModel.weight)
 PRIOR_SPREAD = 0.05
 # How much faster than plain steps drafting must be at the profile's prices before a step drafts: the prices move
 # more than that between measurements here (two loop profiles 30 minutes apart priced gamma = 4 at 2.47 and 3.27
@@ -249,22 +249,20 @@ class AdaptivePolicy:
         self.probing, self._plain, self.early_stops = False, False, 0
         self._p = self._alive = self._w = None  # this step, per row: P(all so far accepted), drafting, weight
 
-    def best_length(self, first: float, later: float) -> tuple[int, float]:
-        """(K, tokens per second) of the best fixed length: `first` the first position's rate, `later` the
-        others'. K = 0: a plain step."""
-        best, rate, e, pw = 0, 1.0 / self.price[0], 1.0, 1.0
-        for k in range(1, self.max_gamma + 1):
-            pw *= first if k == 1 else later
-            e += pw
-            if e / self.price[k] > rate * (1 + 1e-9):
-                best, rate = k, e / self.price[k]
-        return best, rate
-
     @staticmethod
     def expected(k: int, first: float, later: float) -> float:
         """E(k): the expected tokens of a step drafting k at rates `first` (its first position) and `later`."""
         first, later = max(first, 0.0), max(later, 0.0)
         return 1.0 + first * sum(later ** i for i in range(k))
+
+    def best_length(self, first: float, later: float) -> tuple[int, float]:
+        """(K, tokens per second) of the best fixed length: `first` the first position's rate, `later` the
+        others'. K = 0: a plain step."""
+        best, rate = 0, 1.0 / self.price[0]
+        for k in range(1, self.max_gamma + 1):
+            if (r := self.expected(k, first, later) / self.price[k]) > rate * (1 + 1e-9):
+                best, rate = k, r
+        return best, rate
 
     # ------------------------------------------------------------------------------ the step
     def next_lengths(self, left: torch.Tensor) -> torch.Tensor:
@@ -277,9 +275,9 @@ class AdaptivePolicy:
         k, self.rate = self.best_length(self._first, self._later)
         if k and self.rate * self.price[0] < 1 + PRICE_MARGIN:
             k = 0  # it pays by less than the prices' own noise (PRICE_MARGIN)
-        if k and (d := m.doubt()) and self.expected(k, self._first - d, self._later - d) / self.price[k] \
-                < (1 - PRICE_MARGIN) / self.price[0]:
-            k = 0  # at what a new text may keep (PRIOR_SPREAD lower) it would lose more than the margin
+        if k and (d := m.doubt()) and max(self.expected(j, self._first - d, self._later - d) / self.price[j]
+                                          for j in range(1, self.max_gamma + 1)) < (1 - PRICE_MARGIN) / self.price[0]:
+            k = 0  # at what a new text may keep (PRIOR_SPREAD lower) every length would lose more than the margin
         u1, u2 = m.uncertainty()
         # Optimism: a position after an accepted one is measured only when reached, so its rate is valued one
         # standard error up in every stop (one early rejection there kept later steps at one token for good)
