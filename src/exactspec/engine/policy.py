@@ -255,10 +255,10 @@ class AdaptivePolicy:
         first, later = max(first, 0.0), max(later, 0.0)
         return 1.0 + first * sum(later ** i for i in range(k))
 
-    def best_length(self, first: float, later: float) -> tuple[int, float]:
+    def best_length(self, first: float, later: float, floor: float | None = None) -> tuple[int, float]:
         """(K, tokens per second) of the best fixed length: `first` the first position's rate, `later` the
-        others'. K = 0: a plain step."""
-        best, rate = 0, 1.0 / self.price[0]
+        others'. K = 0: no length beats `floor` tokens per second (default: a plain step's)."""
+        best, rate = 0, 1.0 / self.price[0] if floor is None else floor
         for k in range(1, self.max_gamma + 1):
             if (r := self.expected(k, first, later) / self.price[k]) > rate * (1 + 1e-9):
                 best, rate = k, r
@@ -275,8 +275,8 @@ class AdaptivePolicy:
         k, self.rate = self.best_length(self._first, self._later)
         if k and self.rate * self.price[0] < 1 + PRICE_MARGIN:
             k = 0  # it pays by less than the prices' own noise (PRICE_MARGIN)
-        if k and (d := m.doubt()) and max(self.expected(j, self._first - d, self._later - d) / self.price[j]
-                                          for j in range(1, self.max_gamma + 1)) < (1 - PRICE_MARGIN) / self.price[0]:
+        if k and (d := m.doubt()) and not self.best_length(self._first - d, self._later - d,
+                                                           (1 - PRICE_MARGIN) / self.price[0])[0]:
             k = 0  # at what a new text may keep (PRIOR_SPREAD lower) every length would lose more than the margin
         u1, u2 = m.uncertainty()
         # Optimism: a position after an accepted one is measured only when reached, so its rate is valued one
